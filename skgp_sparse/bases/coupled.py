@@ -1,0 +1,319 @@
+"""The coupled basis (SVGP; Titsias 2009, Hensman et al. 2013), whitened.
+
+q(u) over u = f(Z) is held in whitened coordinates: u = L_k v with L_k L_k^T = K_zz
+(+ jitter), q(v) = N(m_p, S_c) for output p, S_c = L_c L_c^T. Outputs share one
+covariance (C = 1) when the likelihood's variance adjoint does not depend on the
+output (Gaussian noise), otherwise each output has its own (C = P).
+
+With A = L_k^-1 K_zx (M x B) the latent marginals at the rows x are
+
+    mean_p = A^T m_p,    var_c = k_xx - colsum(A * A) + colsum((L_c^T A)^2),
+
+computed as mean = K_xz alpha and var_c = k_xx + colsum(K_zx * W_c K_zx) with the M x M
+terms alpha = L_k^-T m and W_c = L_k^-T (S_c - I) L_k^-1 formed once per step, and the
+KL to the prior N(0, I) needs no kernel matrix at all. Every formula of the
+backward pass below is checked against finite differences in tests/test_coupled.py.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..linalg import cholesky_backward, gram, inverse_cholesky_factor, jittered_cholesky, mm, tri_inverse
+
+
+#: Fields of the state that Adam may move (when inducing inputs are learned).
+ADAM_FIELDS = ("inducing",)
+
+
+@dataclass
+class CoupledState:
+    """Variational parameters of the coupled basis.
+
+    Attributes
+    ----------
+    inducing : ndarray of shape (M, D)
+        Inducing inputs Z.
+    q_mean : ndarray of shape (M, P)
+        Whitened means, one column per output.
+    q_sqrt : ndarray of shape (C, M, M)
+        Lower triangular factors of the whitened covariances (C is 1 or P).
+    precision : ndarray of shape (C, M, M) or None
+        S_c^-1 when known (the natural step produces it), to save recomputing it.
+    """
+
+    inducing: np.ndarray
+    q_mean: np.ndarray
+    q_sqrt: np.ndarray
+    precision: np.ndarray = None
+
+    def copy(self):
+        precision = None if self.precision is None else self.precision.copy()
+        return CoupledState(self.inducing.copy(), self.q_mean.copy(), self.q_sqrt.copy(), precision)
+
+    def precisions(self):
+        """S_c^-1 for every covariance."""
+        if self.precision is None:
+            inv = [tri_inverse(low) for low in self.q_sqrt]
+            self.precision = np.stack([gram(i, trans=True) for i in inv])
+        return self.precision
+
+
+def init_state(inducing, n_outputs, n_covariances):
+    """q(v) equal to the whitened prior N(0, I): zero KL, the usual starting point."""
+    m = inducing.shape[0]
+    q_sqrt = np.broadcast_to(np.eye(m), (n_covariances, m, m)).copy()
+    return CoupledState(np.array(inducing, dtype=np.float64), np.zeros((m, n_outputs)), q_sqrt)
+
+
+def covariance_of_output(n_outputs, n_covariances):
+    """Index of the covariance factor used by each output."""
+    return np.zeros(n_outputs, dtype=int) if n_covariances == 1 else np.arange(n_outputs)
+
+
+class _Tape:
+    """What the backward pass and the natural step need from one forward pass."""
+
+    __slots__ = ("low_k", "inv_low_k", "kzx", "alpha", "middle", "w_kzx", "mean", "back_zz", "back_zx", "back_diag",
+                 "jitter", "h_per_cov", "weighted_inv")
+
+
+def factor_kzz(kernel, Z, jitter, need_grad):
+    """Jittered Cholesky of K_zz; returns (L_k, relative jitter used, backward or None)."""
+    if need_grad:
+        kzz, back = kernel.vjp(Z)
+    else:
+        kzz, back = kernel(Z), None
+    low_k, used = jittered_cholesky(kzz, jitter, what="K(Z, Z) of the inducing inputs")
+    return low_k, used, back
+
+
+def middle_terms(low_k, state):
+    """The M x M quantities of the marginals, computed once per step (O(M^3)).
+
+    Returns
+    -------
+    inv_low_k : L_k^-1
+    alpha : L_k^-T m, so that mean = K_xz alpha
+    middle : (C, M, M) array W_c = L_k^-T (S_c - I) L_k^-1, so that
+        var_c = k_xx + k_xz W_c k_zx.
+    """
+    inv_low_k = tri_inverse(low_k)
+    alpha = mm(inv_low_k, state.q_mean, trans_a=True)
+    prior_part = gram(inv_low_k, trans=True)
+    middle = np.empty_like(state.q_sqrt)
+    for c in range(state.q_sqrt.shape[0]):
+        middle[c] = gram(mm(state.q_sqrt[c], inv_low_k, trans_a=True), trans=True) - prior_part
+    return inv_low_k, alpha, middle
+
+
+def marginals(kernel, X, state, jitter, need_grad=True):
+    """Latent marginals at the rows of X.
+
+    The M x M middle terms are formed once, so a batch costs one O(B M^2) product per
+    covariance (plus the kernel), not the three of the textbook L_k^-1 K_zx form.
+
+    Parameters
+    ----------
+    kernel : compiled kernel (see :func:`skgp_sparse.kernels.compile_kernel`)
+    X : ndarray of shape (B, D)
+    state : CoupledState
+    jitter : float
+        Relative jitter for the Cholesky of K_zz.
+    need_grad : bool
+        Keep what :func:`backward` and :func:`natural_step` need.
+
+    Returns
+    -------
+    mean : ndarray of shape (B, P)
+    var : ndarray of shape (B, C)
+    tape : object for :func:`backward` and :func:`natural_step` (None without need_grad)
+    """
+    Z = state.inducing
+    low_k, used, back_zz = factor_kzz(kernel, Z, jitter, need_grad)
+    if need_grad:
+        kzx, back_zx = kernel.vjp(Z, X)
+        kdiag, back_diag = kernel.diag_vjp(X)
+    else:
+        kzx, kdiag = kernel(Z, X), kernel.diag(X)
+    inv_low_k, alpha, middle = middle_terms(low_k, state)
+    mean = mm(kzx, alpha, trans_a=True)
+    n_cov = state.q_sqrt.shape[0]
+    var = np.empty((X.shape[0], n_cov), dtype=kzx.dtype)
+    w_kzx = []
+    for c in range(n_cov):
+        wk = mm(middle[c], kzx)
+        var[:, c] = kdiag + np.einsum("ij,ij->j", kzx, wk)
+        w_kzx.append(wk)
+    # Prior and posterior terms cancel almost exactly far from the data; a tiny negative
+    # result is rounding, not a model property.
+    np.maximum(var, 0.0, out=var)
+    if not need_grad:
+        return mean, var, None
+    tape = _Tape()
+    tape.low_k, tape.inv_low_k, tape.kzx, tape.alpha, tape.mean = low_k, inv_low_k, kzx, alpha, mean
+    tape.middle, tape.w_kzx = middle, w_kzx
+    tape.back_zz, tape.back_zx, tape.back_diag = back_zz, back_zx, back_diag
+    tape.jitter = used
+    tape.h_per_cov = None
+    tape.weighted_inv = None
+    return mean, var, tape
+
+
+def _signed_gram(kzx, h):
+    """K_zx diag(h) K_xz, by one SYRK when h has one sign (always, for log-concave likelihoods)."""
+    if np.all(h <= 0):
+        return -gram(kzx * np.sqrt(-h))
+    if np.all(h >= 0):
+        return gram(kzx * np.sqrt(h))
+    return mm(kzx * h, kzx, trans_b=True)
+
+
+def _weighted_inv(tape, h):
+    """K_zx diag(h_c) K_xz L_k^-T for each covariance: the one O(B M^2) product of the
+    backward pass, shared with the natural step."""
+    if tape.h_per_cov is None or not np.array_equal(tape.h_per_cov, h):
+        tape.weighted_inv = [
+            mm(_signed_gram(tape.kzx, h[:, c]), tape.inv_low_k, trans_b=True) for c in range(h.shape[1])
+        ]
+        tape.h_per_cov = h.copy()
+    return tape.weighted_inv
+
+
+def backward(tape, state, d_mean, d_var):
+    """Gradient of an objective F(mean, var) in the kernel hyperparameters and Z.
+
+    Parameters
+    ----------
+    tape : from :func:`marginals`
+    state : CoupledState
+    d_mean, d_var : ndarray of shape (B, P)
+        dF/dmean and dF/dvar per row and output.
+
+    Returns
+    -------
+    theta_bar : ndarray of shape (n_theta,)
+    field_bars : dict
+        Gradient for each field of ``ADAM_FIELDS``: ``{"inducing": ndarray (M, D)}``.
+    """
+    n_cov = state.q_sqrt.shape[0]
+    # Outputs sharing a covariance add their variance adjoints.
+    h = d_var.sum(axis=1, keepdims=True) if n_cov == 1 else d_var
+    inv_low = tape.inv_low_k
+    # mean = K_xz alpha; var_c = k_xx + colsum(K_zx * W_c K_zx)
+    kzx_bar = mm(tape.alpha, d_mean, trans_b=True)
+    for c in range(n_cov):
+        kzx_bar += 2.0 * tape.w_kzx[c] * h[:, c]
+    alpha_bar = mm(tape.kzx, d_mean)
+    # alpha = L^-T m  ->  L_bar = -alpha (L^-1 alpha_bar)^T
+    low_bar = -mm(tape.alpha, mm(inv_low, alpha_bar), trans_b=True)
+    # W_c = L^-T (S_c - I) L^-1 with W_bar_c = K_zx diag(h_c) K_xz  ->  L_bar = -2 W_c W_bar_c L^-T
+    weighted_inv = _weighted_inv(tape, h)
+    for c in range(n_cov):
+        low_bar -= 2.0 * mm(tape.middle[c], weighted_inv[c])
+    kzz_bar = cholesky_backward(tape.low_k, np.tril(low_bar))
+    theta_zz, z_zz = tape.back_zz(kzz_bar)
+    theta_zx, z_zx = tape.back_zx(kzx_bar)
+    theta_d = tape.back_diag(h.sum(axis=1))
+    return theta_zz + theta_zx + theta_d, {"inducing": z_zz + z_zx}
+
+
+def kl_divergence(state):
+    """KL(q(v) || N(0, I)) summed over outputs."""
+    n_out = state.q_mean.shape[1]
+    n_cov, m = state.q_sqrt.shape[:2]
+    per_cov = np.empty(n_cov)
+    for c in range(n_cov):
+        low = state.q_sqrt[c]
+        per_cov[c] = np.sum(low * low) - m - 2.0 * np.sum(np.log(np.abs(np.diag(low))))
+    trace_logdet = per_cov.sum() * (n_out if n_cov == 1 else 1)
+    return 0.5 * (trace_logdet + np.sum(state.q_mean * state.q_mean))
+
+
+def natural_step(tape, state, d_mean, d_var, step):
+    """One natural-gradient step of size ``step`` on q(v), for an objective to maximise.
+
+    In natural parameters (precision P, shift t = P m) the step is a convex combination
+    of the current point and the conjugate optimum built from this batch's adjoints
+    (g = d_mean, h = d_var; A = L_k^-1 K_zx):
+
+        P_new = (1 - step) S^-1 + step (I - 2 A diag(h) A^T)
+        t_new = (1 - step) S^-1 m + step A (g - 2 h * (A^T m))
+
+    With a Gaussian likelihood, a full batch and step 1 this is the collapsed optimum.
+    A diag(h) A^T = L_k^-1 (K_zx diag(h) K_xz) L_k^-T reuses the backward pass's product.
+
+    Raises
+    ------
+    CholeskyError
+        If the new precision is not positive definite (non-log-concave likelihoods, too
+        large a step): the caller backs off.
+    """
+    n_out = state.q_mean.shape[1]
+    n_cov = state.q_sqrt.shape[0]
+    # With a shared covariance the natural gradient of the shared precision averages the
+    # outputs' adjoints (the Fisher of the shared block is n_out times one output's).
+    h_sum = d_var.sum(axis=1, keepdims=True) if n_cov == 1 else d_var
+    h = h_sum / n_out if n_cov == 1 else d_var
+    weighted_inv = _weighted_inv(tape, h_sum)
+    inv_low = tape.inv_low_k
+    precisions = state.precisions()
+    new_mean = np.empty_like(state.q_mean)
+    new_sqrt = np.empty_like(state.q_sqrt)
+    new_prec = np.empty_like(state.q_sqrt)
+    outputs_of = covariance_of_output(n_out, n_cov)
+    for c in range(n_cov):
+        prec_old = precisions[c]
+        scale = 1.0 / n_out if n_cov == 1 else 1.0
+        a_h_at = mm(inv_low, weighted_inv[c])
+        # symmetric in exact arithmetic; make it so in floating point before factorising
+        a_h_at = (0.5 * scale) * (a_h_at + a_h_at.T)
+        prec = (1.0 - step) * prec_old - (2.0 * step) * a_h_at
+        prec.flat[:: prec.shape[0] + 1] += step
+        low_new = inverse_cholesky_factor(prec)
+        new_prec[c] = prec
+        cols = np.flatnonzero(outputs_of == c)
+        shift = (1.0 - step) * mm(prec_old, state.q_mean[:, cols])
+        target = d_mean[:, cols] - 2.0 * h[:, c : c + 1] * tape.mean[:, cols]
+        shift += step * mm(inv_low, mm(tape.kzx, target))
+        new_mean[:, cols] = mm(low_new, mm(low_new, shift, trans_a=True))
+        new_sqrt[c] = low_new
+    return CoupledState(state.inducing, new_mean, new_sqrt, new_prec)
+
+
+@dataclass
+class CoupledPredictor:
+    """The fitted coupled model as plain arrays: O(M) per row for the mean, O(M^2) for the variance.
+
+    Attributes
+    ----------
+    inducing_points : ndarray of shape (M, D)
+    mean_weights : ndarray of shape (M, P)
+        L_k^-T m, so that the latent mean is K_xz @ mean_weights.
+    middle : ndarray of shape (C, M, M)
+        L_k^-T (S_c - I) L_k^-1, so that the latent variance is k_xx + k_xz middle_c k_zx.
+    """
+
+    inducing_points: np.ndarray
+    mean_weights: np.ndarray
+    middle: np.ndarray
+
+    def latent(self, kernel, X, full_cov=False):
+        """Latent mean (n, P) and variance (n, C), or covariance (C, n, n) with full_cov."""
+        kzx = kernel(self.inducing_points, X)
+        mean = mm(kzx, self.mean_weights, trans_a=True)
+        n_cov = self.middle.shape[0]
+        if full_cov:
+            prior = kernel(X)
+            cov = np.stack([prior + mm(kzx, mm(self.middle[c], kzx), trans_a=True) for c in range(n_cov)])
+            return mean, cov
+        kdiag = kernel.diag(X)
+        var = np.column_stack([kdiag + np.einsum("ij,ij->j", kzx, mm(self.middle[c], kzx)) for c in range(n_cov)])
+        return mean, np.maximum(var, 0.0)
+
+
+def make_predictor(kernel, state, jitter):
+    """Freeze the fitted q(v) and hyperparameters into a :class:`CoupledPredictor`."""
+    low_k, _, _ = factor_kzz(kernel, state.inducing, jitter, need_grad=False)
+    _, alpha, middle = middle_terms(low_k, state)
+    return CoupledPredictor(state.inducing.copy(), alpha, middle)

@@ -1,0 +1,188 @@
+"""The evidence lower bound of a sparse variational GP, assembled from its three layers.
+
+    ELBO = sum_n E_q[log p(y_n | f(x_n))] - KL(q(u) || p(u))
+
+A :class:`VariationalModel` joins a basis (the variational family), a compiled kernel and
+a likelihood. On a minibatch of B of the N rows it returns the unbiased estimate
+``(N / B) * sum_batch ELL - KL`` with its gradient in every parameter Adam moves, plus
+what the basis needs for its natural step. It also packs and unpacks those parameters
+as a dict of arrays, so the optimiser never needs to know what they mean.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class BatchResult:
+    """One minibatch's ELBO estimate and its derivatives (all for maximisation)."""
+
+    elbo: float
+    grads: dict
+    tape: object
+    d_mean: np.ndarray
+    d_var: np.ndarray
+
+
+class NoiseParameter:
+    """Where the Gaussian noise variance lives: its own log-parameter, or WhiteKernel terms.
+
+    Parameters
+    ----------
+    kernel : compiled kernel
+    value : float
+        Initial noise variance when there is no WhiteKernel summand.
+    log_bounds : (float, float) or None
+        Bounds of the log noise variance; None keeps it fixed.
+    """
+
+    def __init__(self, kernel, value, log_bounds):
+        self.kernel = kernel
+        self.from_kernel = kernel.white_noise_level > 0 or len(kernel.white_noise_theta_index) > 0
+        self.log_value = float(np.log(value))
+        self.log_bounds = None if self.from_kernel else log_bounds
+
+    @property
+    def value(self):
+        if self.from_kernel:
+            return float(self.kernel.white_noise_level)
+        return float(np.exp(self.log_value))
+
+    @property
+    def learned(self):
+        return self.log_bounds is not None
+
+    def scatter_gradient(self, d_log_noise, theta_grad):
+        """Send d ELBO / d log(noise) to the parameter that carries the noise."""
+        if not self.from_kernel:
+            return d_log_noise
+        theta = self.kernel.theta
+        total = self.value
+        for idx in self.kernel.white_noise_theta_index:
+            theta_grad[idx] += d_log_noise * np.exp(theta[idx]) / total
+        return None
+
+
+class VariationalModel:
+    """A sparse variational GP with its parameters, evaluated minibatch by minibatch.
+
+    Parameters
+    ----------
+    basis : module from :mod:`skgp_sparse.bases`
+    kernel : compiled kernel (:func:`skgp_sparse.kernels.compile_kernel`)
+    likelihood : likelihood object (:mod:`skgp_sparse.likelihoods`)
+    state : the basis's state (variational parameters and inducing inputs)
+    n_data : int
+        Number of training rows N (scales the minibatch data term).
+    noise : NoiseParameter or None
+        The Gaussian noise, for the Gaussian likelihood.
+    learn_fields : tuple of str
+        Fields of ``state`` that Adam moves (subset of ``basis.ADAM_FIELDS``).
+    jitter : float
+        Relative jitter of the K_zz Cholesky; raised for good when a factorisation fails.
+    """
+
+    def __init__(self, basis, kernel, likelihood, state, n_data, noise=None, learn_fields=(), jitter=1e-6):
+        self.basis = basis
+        self.kernel = kernel
+        self.likelihood = likelihood
+        self.state = state
+        self.n_data = n_data
+        self.noise = noise
+        self.learn_fields = tuple(learn_fields)
+        self.jitter = jitter
+        self._sync_noise()
+
+    # --- parameters seen by Adam ---------------------------------------------------
+    def adam_params(self):
+        params = {"theta": self.kernel.theta}
+        if self.noise is not None and self.noise.learned:
+            params["log_noise"] = np.array([self.noise.log_value])
+        for field in self.learn_fields:
+            params[field] = getattr(self.state, field)
+        return params
+
+    def adam_bounds(self):
+        bounds = {"theta": (self.kernel.bounds[:, 0], self.kernel.bounds[:, 1])}
+        if self.noise is not None and self.noise.learned:
+            bounds["log_noise"] = self.noise.log_bounds
+        return bounds
+
+    def set_adam_params(self, params):
+        self.kernel.set_theta(params["theta"])
+        if "log_noise" in params:
+            self.noise.log_value = float(params["log_noise"][0])
+        for field in self.learn_fields:
+            setattr(self.state, field, params[field])
+        self._sync_noise()
+
+    def _sync_noise(self):
+        if self.noise is not None:
+            self.likelihood.noise_variance = self.noise.value
+
+    # --- evaluation ------------------------------------------------------------------
+    def _marginals(self, X, need_grad):
+        mean, var, tape = self.basis.marginals(self.kernel, X, self.state, self.jitter, need_grad)
+        if tape is not None:
+            # Jitter that was needed once is kept: the next step's K_zz is almost the same.
+            self.jitter = max(self.jitter, tape.jitter)
+        return mean, var, tape
+
+    def _per_output_var(self, var, n_outputs):
+        # Outputs sharing one covariance (C = 1) broadcast its variance.
+        return var if var.shape[1] == n_outputs else np.broadcast_to(var, (var.shape[0], n_outputs))
+
+    def evaluate(self, X, Y, need_grad=True):
+        """ELBO estimate from the rows (X, Y) of the training set, and its gradients.
+
+        Parameters
+        ----------
+        X : ndarray of shape (B, D)
+        Y : ndarray of shape (B, P)
+        need_grad : bool
+
+        Returns
+        -------
+        BatchResult
+        """
+        scale = self.n_data / X.shape[0]
+        mean, var, tape = self._marginals(X, need_grad)
+        var = self._per_output_var(var, Y.shape[1])
+        ell, d_mean, d_var = self.likelihood.expected_log_lik(Y, mean, var)
+        elbo = scale * float(ell.sum()) - self.basis.kl_divergence(self.state)
+        if not need_grad:
+            return BatchResult(elbo, {}, None, None, None)
+        d_mean = scale * d_mean
+        d_var = scale * np.asarray(d_var)
+        theta_bar, field_bars = self.basis.backward(tape, self.state, d_mean, d_var)
+        grads = {"theta": theta_bar}
+        if self.noise is not None:
+            d_log_noise = scale * float(self.likelihood.d_log_noise(Y, mean, var).sum())
+            d_log_noise = self.noise.scatter_gradient(d_log_noise, theta_bar)
+            if d_log_noise is not None and self.noise.learned:
+                grads["log_noise"] = np.array([d_log_noise])
+        for field in self.learn_fields:
+            grads[field] = field_bars[field]
+        return BatchResult(elbo, grads, tape, d_mean, d_var)
+
+    def natural_step(self, result, step):
+        """Natural-gradient step on the Gaussian blocks from a :class:`BatchResult`."""
+        return self.basis.natural_step(result.tape, self.state, result.d_mean, result.d_var, step)
+
+    def expected_log_lik_sum(self, X, Y, chunk_size=4096):
+        """sum_n E_q[log p(y_n | f(x_n))] over all rows, in chunks."""
+        total = 0.0
+        for start in range(0, X.shape[0], chunk_size):
+            xb, yb = X[start : start + chunk_size], Y[start : start + chunk_size]
+            mean, var, _ = self._marginals(xb, need_grad=False)
+            var = self._per_output_var(var, yb.shape[1])
+            total += float(self.likelihood.expected_log_lik(yb, mean, var)[0].sum())
+        return total
+
+    def elbo(self, X, Y, chunk_size=4096):
+        """The exact ELBO over the rows (X, Y), in nats."""
+        return self.expected_log_lik_sum(X, Y, chunk_size) - self.basis.kl_divergence(self.state)
+
+    def predictor(self):
+        return self.basis.make_predictor(self.kernel, self.state, self.jitter)

@@ -1,0 +1,135 @@
+"""Shared vocabulary of the compiled kernel nodes.
+
+Every node of a compiled kernel answers one call,
+``node.evaluate(A, B, mode, grad) -> (out, back)``, where ``mode`` is
+
+* ``"cross"``: ``K(A, B)`` with ``B`` given,
+* ``"gram"``: ``K(A, A)`` as sklearn's ``k(A)`` computes it (``B`` is None),
+* ``"diag"``: the diagonal of ``K(A, A)``.
+
+To keep constants and white noise from being expanded into full matrices and then
+multiplied or summed entry by entry, ``out`` comes in three kinds:
+
+* a Python float: every entry has that value ("scalar"),
+* a :class:`Diagonal`: ``value * I`` (only in gram mode: a WhiteKernel),
+* an ndarray: the dense ``(M, N)`` matrix, or the ``(M,)`` diagonal in diag mode.
+
+``back(bar, theta_bar)`` (only when ``grad`` is true) takes the adjoint of ``out`` in the
+same reduced form: the full adjoint array for a dense ``out``, ``sum(K_bar)`` for a
+scalar and ``trace(K_bar)`` for a :class:`Diagonal`. It adds the log-hyperparameter
+gradient into ``theta_bar`` (a float64 array over the whole kernel's theta) and returns
+the gradient with respect to ``A`` (both arguments in gram mode), or None when it is
+zero. In diag mode it returns None (only theta gradients are part of the contract).
+
+Ownership: a dense ``out`` belongs to the caller, who may modify it in place; a node
+never keeps a reference to an array it returned. An adjoint handed to ``back`` is
+read-only, since a Sum hands the same array to both children.
+"""
+
+import numpy as np
+
+__all__ = ["Diagonal", "Leaf", "densify", "reduce_bar", "kind_of"]
+
+
+class Diagonal:
+    """``value * I``: the Gram matrix of a WhiteKernel."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = float(value)
+
+    def __repr__(self):
+        return f"Diagonal({self.value!r})"
+
+
+SCALAR, DIAGONAL, DENSE = "scalar", "diagonal", "dense"
+
+
+def kind_of(out):
+    if isinstance(out, Diagonal):
+        return DIAGONAL
+    if isinstance(out, np.ndarray) and out.ndim > 0:
+        return DENSE
+    return SCALAR
+
+
+def densify(out, shape, dtype):
+    """Expand an ``out`` of any kind into a fresh (or owned) dense array."""
+    kind = kind_of(out)
+    if kind == DENSE:
+        return out
+    if kind == SCALAR:
+        return np.full(shape, out, dtype=dtype)
+    dense = np.zeros(shape, dtype=dtype)
+    np.fill_diagonal(dense, out.value)
+    return dense
+
+
+def reduce_bar(bar, kind):
+    """Adjoint of a dense expansion, reduced to what ``back`` of that kind expects."""
+    if kind == DENSE:
+        return bar
+    if kind == SCALAR:
+        return float(np.sum(bar))
+    return float(np.trace(bar))
+
+
+class Leaf:
+    """A kernel with hyperparameters of its own, and its share of the global theta.
+
+    Parameters
+    ----------
+    sk_kernel : sklearn kernel
+        The kernel this node evaluates; its hyperparameters are read once.
+    offset : int
+        Index in the global theta of this kernel's first non-fixed hyperparameter.
+
+    Attributes
+    ----------
+    values : dict
+        Current value of each hyperparameter (linear scale): a float, or a 1-D array
+        for a vector length scale.
+    slots : dict
+        Slice of the global theta for each non-fixed hyperparameter, None if fixed.
+    n_theta : int
+        Number of theta entries this kernel owns.
+    """
+
+    def __init__(self, sk_kernel, offset):
+        self.name = type(sk_kernel).__name__
+        self.values = {}
+        self.slots = {}
+        pos = offset
+        # sklearn orders hyperparameters by attribute name (``dir``); theta follows it.
+        for hp in sk_kernel.hyperparameters:
+            raw = np.asarray(getattr(sk_kernel, hp.name), dtype=np.float64)
+            self.values[hp.name] = float(raw.reshape(-1)[0]) if hp.n_elements == 1 else raw.reshape(-1).copy()
+            if hp.fixed:
+                self.slots[hp.name] = None
+            else:
+                self.slots[hp.name] = slice(pos, pos + hp.n_elements)
+                pos += hp.n_elements
+        self.n_theta = pos - offset
+        self.refresh()
+
+    def load(self, theta):
+        """Read this kernel's hyperparameters from the global (log) theta."""
+        for name, sl in self.slots.items():
+            if sl is None:
+                continue
+            v = np.exp(theta[sl])
+            self.values[name] = float(v[0]) if v.size == 1 and np.ndim(self.values[name]) == 0 else v
+        self.refresh()
+
+    def refresh(self):
+        """Recompute derived quantities after the hyperparameters changed."""
+
+    def accumulate(self, theta_bar, name, grad):
+        """Add ``d F / d log(name)`` into the global gradient (no-op if fixed)."""
+        sl = self.slots[name]
+        if sl is not None:
+            theta_bar[sl] += grad
+
+    def free(self, name):
+        return self.slots[name] is not None

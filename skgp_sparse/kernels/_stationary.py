@@ -1,0 +1,303 @@
+"""Stationary kernels of a squared distance: RBF, Matern, RationalQuadratic, ExpSineSquared.
+
+The BLAS plumbing shared by all of them. With ``A_s = (A - c) / l`` and ``B_s = (B - c) / l``
+(``c`` a common centre, which changes no difference but keeps the norms small and so
+limits cancellation), the squared distances are ``r2 = |a_s|^2 + |b_s|^2 - 2 A_s B_s^T``:
+one GEMM plus an elementwise pass. The elementwise pass (:mod:`._profiles`) also
+evaluates ``f(r2)`` and ``f'(r2)``.
+
+Backward, with ``W = K_bar * f'(r2)`` (elementwise), every derivative is a GEMM or a
+reduction over ``W`` -- no ``(M, N, D)`` tensor is ever formed:
+
+* ``d F / d A = (2 / l) * (A_s * rowsum(W) - W B_s)``,
+* ``d F / d log l_d = -2 sum_ij W_ij (a_s,id - b_s,jd)^2
+  = -2 (A_s^2 . rowsum(W) + B_s^2 . colsum(W) - 2 sum_i a_s,id (W B_s)_id)``
+  (summed over ``d`` for an isotropic length scale).
+
+In gram mode ``A`` sits in both arguments; with ``W_s = W + W^T`` (symmetric) the same
+formulas hold with ``W_s`` and halved differences (see :meth:`Stationary._gram`).
+"""
+
+import math
+
+import numpy as np
+from scipy.special import gamma, kv
+
+from ..linalg import mm
+from . import _profiles as P
+from ._base import Leaf
+
+__all__ = ["Stationary", "GenericMatern", "make_rbf", "make_matern", "make_rq", "make_expsine"]
+
+
+def _row_sq(x):
+    # Squared row norms; einsum's 'ij,ij->i' is a plain loop, not a BLAS call.
+    return np.einsum("ij,ij->i", x, x)
+
+
+class Stationary(Leaf):
+    """``k(a, b) = f(|a - b|^2 / l^2)`` for one of the numba profiles of :mod:`._profiles`.
+
+    Parameters
+    ----------
+    sk_kernel : sklearn kernel
+    offset : int
+        Start of this kernel's hyperparameters in the global theta.
+    kind : int
+        Profile id (``_profiles.RBF``, ...).
+    scale_name : str or None
+        Hyperparameter that scales the inputs (``"length_scale"``), or None when the
+        inputs are used as they are (ExpSineSquared).
+    profile_names : tuple of str
+        Hyperparameters passed to the profile as ``p0, p1``, in that order.
+    """
+
+    def __init__(self, sk_kernel, offset, kind, scale_name="length_scale", profile_names=()):
+        self.kind = kind
+        self.scale_name = scale_name
+        self.profile_names = tuple(profile_names)
+        super().__init__(sk_kernel, offset)
+
+    # -- hyperparameters ---------------------------------------------------------------
+    def refresh(self):
+        if self.scale_name is None:
+            self.inv_l = np.ones(1)
+            self.ard = False
+        else:
+            ls = self.values[self.scale_name]
+            self.ard = np.ndim(ls) == 1
+            self.inv_l = 1.0 / np.atleast_1d(np.asarray(ls, dtype=np.float64))
+        p = [float(self.values[name]) for name in self.profile_names] + [0.0, 0.0]
+        self.p0, self.p1 = p[0], p[1]
+
+    def _accumulate_profile(self, theta_bar, pbar):
+        for k, name in enumerate(self.profile_names):
+            self.accumulate(theta_bar, name, pbar[k])
+
+    def _accumulate_scale(self, theta_bar, sq_sums):
+        """``sq_sums[d] = sum_ij W_ij (a_s,id - b_s,jd)^2``; d r2 / d log l_d = -2 (..)^2."""
+        if self.scale_name is None or not self.free(self.scale_name):
+            return
+        g = -2.0 * np.asarray(sq_sums, dtype=np.float64)
+        self.accumulate(theta_bar, self.scale_name, g if self.ard else g.sum())
+
+    # -- inputs ------------------------------------------------------------------------
+    def _scaled(self, A, B):
+        n_features = A.shape[1]
+        if self.ard and self.inv_l.size != n_features:
+            raise ValueError(
+                f"{self.name}: length_scale has {self.inv_l.size} entries but X has "
+                f"{n_features} features"
+            )
+        inv_l = self.inv_l.astype(A.dtype, copy=False)
+        n = A.shape[0] + (0 if B is None else B.shape[0])
+        if n == 0:
+            centre = np.zeros(n_features, dtype=A.dtype)
+        elif B is None:
+            centre = A.mean(axis=0)
+        else:
+            centre = (A.sum(axis=0) + B.sum(axis=0)) / n
+        As = (A - centre) * inv_l
+        Bs = None if B is None else (B - centre) * inv_l
+        return As, Bs, inv_l
+
+    # -- evaluation ----------------------------------------------------------------------
+    def evaluate(self, A, B, mode, grad):
+        if mode == "diag":
+            # f(0) = 1 for every profile here, whatever the hyperparameters.
+            return 1.0, (_no_grad if grad else None)
+        if mode == "gram":
+            return self._gram(A, grad)
+        return self._cross(A, B, grad)
+
+    def _cross(self, A, B, grad):
+        As, Bs, inv_l = self._scaled(A, B)
+        na, nb = _row_sq(As), _row_sq(Bs)
+        G = mm(As, Bs, trans_b=True)
+        K = np.empty_like(G)
+        fp = np.empty_like(G) if grad else P.empty_like_fp(G.dtype)
+        kind, p0, p1 = self.kind, self.p0, self.p1
+        P.cross_forward(G, na, nb, As, Bs, kind, p0, p1, K, fp, grad)
+        if not grad:
+            return K, None
+        r2 = G
+
+        def back(K_bar, theta_bar):
+            K_bar = np.ascontiguousarray(K_bar, dtype=K.dtype)
+            W = np.empty_like(K_bar)
+            rs = np.empty(W.shape[0], dtype=W.dtype)
+            cs = np.empty(W.shape[1], dtype=W.dtype)
+            pbar = np.zeros(2)
+            P.cross_backward(K_bar, fp, r2, kind, p0, p1, W, rs, cs, pbar)
+            return self._finish_cross(theta_bar, W, rs, cs, pbar, As, Bs, inv_l)
+
+        return K, back
+
+    def _finish_cross(self, theta_bar, W, rs, cs, pbar, As, Bs, inv_l):
+        self._accumulate_profile(theta_bar, pbar)
+        Wb = mm(W, Bs)
+        if self.scale_name is not None and self.free(self.scale_name):
+            sq = mm(rs, As * As) + mm(cs, Bs * Bs) - 2.0 * np.einsum("ij,ij->j", As, Wb)
+            self._accumulate_scale(theta_bar, sq)
+        Wb -= As * rs[:, None]
+        Wb *= -2.0 * inv_l
+        return Wb
+
+    def _gram(self, A, grad):
+        As, _, inv_l = self._scaled(A, None)
+        na = _row_sq(As)
+        G = mm(As, As, trans_b=True)
+        K = np.empty_like(G)
+        fp = np.empty_like(G) if grad else P.empty_like_fp(G.dtype)
+        kind, p0, p1 = self.kind, self.p0, self.p1
+        P.gram_forward(G, na, As, kind, p0, p1, K, fp, grad)
+        if not grad:
+            return K, None
+        r2 = G
+
+        def back(K_bar, theta_bar):
+            K_bar = np.ascontiguousarray(K_bar, dtype=K.dtype)
+            Ws = np.empty_like(K_bar)
+            rs = np.empty(Ws.shape[0], dtype=Ws.dtype)
+            pbar = np.zeros(2)
+            P.gram_backward(K_bar, fp, r2, kind, p0, p1, Ws, rs, pbar)
+            return self._finish_gram(theta_bar, Ws, rs, pbar, As, inv_l)
+
+        return K, back
+
+    def _finish_gram(self, theta_bar, Ws, rs, pbar, As, inv_l):
+        # sum_ij W_ij (a_i - a_j)^2 = 1/2 sum_ij Ws_ij (a_i - a_j)^2
+        #                           = sum_i a_i^2 rs_i - sum_i a_i (Ws A)_i
+        self._accumulate_profile(theta_bar, pbar)
+        Wa = mm(Ws, As)
+        if self.scale_name is not None and self.free(self.scale_name):
+            sq = mm(rs, As * As) - np.einsum("ij,ij->j", As, Wa)
+            self._accumulate_scale(theta_bar, sq)
+        Wa -= As * rs[:, None]
+        Wa *= -2.0 * inv_l
+        return Wa
+
+
+def _no_grad(bar, theta_bar):
+    return None
+
+
+class GenericMatern(Stationary):
+    """Matern kernel for a ``nu`` without a closed form, through ``scipy.special.kv``.
+
+    With ``s = sqrt(2 nu) r`` and ``c = 2^(1 - nu) / Gamma(nu)``::
+
+        f   = c s^nu K_nu(s)
+        f'  = d f / d r2 = -c nu s^(nu - 1) K_(nu - 1)(s)
+
+    from ``d/ds [s^nu K_nu(s)] = -s^nu K_(nu - 1)(s)`` and ``ds / dr2 = nu / s``. At
+    ``s = 0``: ``f = 1``, and ``f' = -nu / (2 (nu - 1))`` for ``nu > 1``; for ``nu <= 1``
+    ``f'`` diverges (a kink, as for nu = 1/2) and the subgradient 0 is used.
+    The elementwise work is numpy/scipy here (``kv`` has no numba version); the
+    distances and all the derivative plumbing are the same as for the other profiles.
+    """
+
+    def __init__(self, sk_kernel, offset, nu):
+        self.nu = float(nu)
+        super().__init__(sk_kernel, offset, kind=-1)
+
+    def _profile(self, r2, grad):
+        nu = self.nu
+        c = 2.0 ** (1.0 - nu) / gamma(nu)
+        s = np.sqrt(2.0 * nu * r2)
+        zero = s == 0.0
+        with np.errstate(all="ignore"):
+            f = c * s**nu * kv(nu, s)
+        # s^nu K_nu(s) is 0 * inf at s -> 0 when kv overflows, and inf * 0 for large s
+        # with large nu; the limits are 1 and 0.
+        bad = ~np.isfinite(f)
+        if bad.any():
+            f[bad] = np.where(s[bad] < 1.0, 1.0, 0.0)
+        f[zero] = 1.0
+        if not grad:
+            return f, None
+        with np.errstate(all="ignore"):
+            fp = -c * nu * s ** (nu - 1.0) * kv(nu - 1.0, s)
+        limit = -nu / (2.0 * (nu - 1.0)) if nu > 1.0 else 0.0
+        bad = ~np.isfinite(fp)
+        if bad.any():
+            # Only near s = 0 (overflow of K_(nu-1)); large s underflows to 0 cleanly.
+            fp[bad] = limit
+        fp[zero] = limit
+        return f, fp
+
+    def _cross(self, A, B, grad):
+        As, Bs, inv_l = self._scaled(A, B)
+        r2 = mm(As, Bs, trans_b=True)
+        P.cross_sqdist(r2, _row_sq(As), _row_sq(Bs), As, Bs)
+        K, fp = self._profile(r2, grad)
+        if not grad:
+            return K.astype(As.dtype, copy=False), None
+
+        def back(K_bar, theta_bar):
+            W = np.multiply(K_bar, fp, dtype=K.dtype)
+            rs, cs = W.sum(axis=1), W.sum(axis=0)
+            return self._finish_cross(theta_bar, W, rs, cs, np.zeros(2), As, Bs, inv_l)
+
+        return K.astype(As.dtype, copy=False), back
+
+    def _gram(self, A, grad):
+        As, _, inv_l = self._scaled(A, None)
+        r2 = mm(As, As, trans_b=True)
+        P.gram_sqdist(r2, _row_sq(As), As)
+        K, fp = self._profile(r2, grad)
+        if not grad:
+            return K.astype(As.dtype, copy=False), None
+
+        def back(K_bar, theta_bar):
+            Ws = np.add(K_bar, K_bar.T, dtype=K.dtype)
+            Ws *= fp
+            np.fill_diagonal(Ws, 0.0)
+            rs = Ws.sum(axis=1)
+            return self._finish_gram(theta_bar, Ws, rs, np.zeros(2), As, inv_l)
+
+        return K.astype(As.dtype, copy=False), back
+
+
+# --------------------------------------------------------------------------------------
+# constructors from sklearn kernels
+# --------------------------------------------------------------------------------------
+def _check_scale(sk_kernel, allow_ard):
+    ls = np.squeeze(np.asarray(sk_kernel.length_scale, dtype=np.float64))
+    if ls.ndim > 1:
+        raise ValueError(f"{type(sk_kernel).__name__}: length_scale cannot be of dimension greater than 1")
+    if ls.ndim == 1 and not allow_ard:
+        raise ValueError(
+            f"{type(sk_kernel).__name__} only supports an isotropic (scalar) length_scale, "
+            "as in scikit-learn"
+        )
+
+
+def make_rbf(sk_kernel, offset):
+    _check_scale(sk_kernel, allow_ard=True)
+    return Stationary(sk_kernel, offset, P.RBF)
+
+
+_MATERN_KINDS = {0.5: P.MATERN12, 1.5: P.MATERN32, 2.5: P.MATERN52, math.inf: P.RBF}
+
+
+def make_matern(sk_kernel, offset):
+    _check_scale(sk_kernel, allow_ard=True)
+    nu = float(sk_kernel.nu)
+    if not nu > 0:
+        raise ValueError(f"Matern: nu must be positive, got {nu}")
+    if nu in _MATERN_KINDS:
+        return Stationary(sk_kernel, offset, _MATERN_KINDS[nu])
+    return GenericMatern(sk_kernel, offset, nu)
+
+
+def make_rq(sk_kernel, offset):
+    _check_scale(sk_kernel, allow_ard=False)
+    return Stationary(sk_kernel, offset, P.RQ, profile_names=("alpha",))
+
+
+def make_expsine(sk_kernel, offset):
+    _check_scale(sk_kernel, allow_ard=False)
+    return Stationary(
+        sk_kernel, offset, P.EXPSINE, scale_name=None, profile_names=("length_scale", "periodicity")
+    )

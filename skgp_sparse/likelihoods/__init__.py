@@ -1,0 +1,5 @@
+"""Likelihoods: expected log-likelihood of the latent marginals and its derivatives."""
+
+from .gaussian import GaussianLikelihood
+
+__all__ = ["GaussianLikelihood"]

@@ -1,0 +1,269 @@
+"""Dense linear algebra shared by every basis, all through scipy's BLAS and LAPACK.
+
+Why one library: numpy and scipy wheels each bundle their own OpenBLAS with its own
+thread pool. On a two-core machine, alternating the two pools inside a training step
+costs more than the arithmetic (both pools spin while the other works), so every
+product, Cholesky and triangular solve of a step goes through scipy's bindings here,
+the same BLAS that numba's ``np.dot`` uses. Matrices may be C- or F-ordered; results
+are C-ordered.
+"""
+
+import warnings
+
+import numpy as np
+from scipy.linalg import blas, lapack
+
+__all__ = [
+    "CholeskyError",
+    "JitterWarning",
+    "mm",
+    "gram",
+    "cholesky",
+    "jittered_cholesky",
+    "solve_triangular",
+    "cho_solve",
+    "inverse_cholesky_factor",
+    "cholesky_backward",
+    "tri_inverse",
+]
+
+DEFAULT_JITTER = 1e-6
+MAX_JITTER_TRIES = 6
+
+
+class CholeskyError(np.linalg.LinAlgError):
+    """A matrix stayed indefinite after every jitter retry."""
+
+
+class JitterWarning(UserWarning):
+    """More jitter than the default was needed to factorise a kernel matrix."""
+
+
+def _fortran_operand(x, transposed):
+    """Return (array, flag) with an F-ordered array such that op(array) == op(x)."""
+    if x.flags.f_contiguous:
+        return x, transposed
+    if x.flags.c_contiguous:
+        return x.T, not transposed
+    return np.asfortranarray(x), transposed
+
+
+def _gemm_for(dtype):
+    return blas.sgemm if dtype == np.float32 else blas.dgemm
+
+
+def mm(a, b, trans_a=False, trans_b=False):
+    """Matrix product ``op(a) @ op(b)`` through scipy's BLAS, without copies.
+
+    Parameters
+    ----------
+    a, b : ndarray of shape (m, k) and (k, n) after the optional transposes.
+        1-D arrays are treated as a column (``b``) or a row (``a``).
+    trans_a, trans_b : bool
+        Use the transpose of ``a`` or ``b``.
+
+    Returns
+    -------
+    ndarray, C-ordered.
+    """
+    squeeze = []
+    if a.ndim == 1:
+        a = a[None, :]
+        trans_a = False
+        squeeze.append(0)
+    if b.ndim == 1:
+        b = b[:, None]
+        trans_b = False
+        squeeze.append(1)
+    dtype = np.result_type(a.dtype, b.dtype, np.float32)
+    a = a.astype(dtype, copy=False)
+    b = b.astype(dtype, copy=False)
+    # C = op(a) op(b) is computed as C^T = op(b)^T op(a)^T, whose F-ordered result is
+    # a C-ordered C once transposed back.
+    bt, flag_b = _fortran_operand(b, not trans_b)
+    at, flag_a = _fortran_operand(a, not trans_a)
+    ct = _gemm_for(dtype)(1.0, bt, at, trans_a=flag_b, trans_b=flag_a)
+    c = ct.T
+    if squeeze:
+        c = c.reshape([s for i, s in enumerate(c.shape) if i not in squeeze])
+    return c
+
+
+def gram(a, trans=False):
+    """Symmetric product ``a @ a.T`` (or ``a.T @ a`` with ``trans``) by one SYRK, half a GEMM."""
+    dtype = np.result_type(a.dtype, np.float32)
+    a = a.astype(dtype, copy=False)
+    syrk = blas.ssyrk if dtype == np.float32 else blas.dsyrk
+    # With a C-ordered a, its F view is a^T: a a^T is then syrk(trans=1) of the view.
+    af, flag = _fortran_operand(a, trans)
+    c = syrk(1.0, af, trans=int(flag), lower=1)
+    # SYRK writes the lower triangle of a zeroed output; mirror it.
+    out = c + c.T
+    out.flat[:: out.shape[0] + 1] *= 0.5
+    return out
+
+
+def _potrf(a):
+    fn = lapack.spotrf if a.dtype == np.float32 else lapack.dpotrf
+    # A C-ordered symmetric matrix is its own transpose: factorising its F view as
+    # upper gives the transpose of the lower factor, with no copy.
+    if a.flags.c_contiguous:
+        u, info = fn(a.T, lower=0, clean=1, overwrite_a=0)
+        return u.T, info
+    return fn(a, lower=1, clean=1, overwrite_a=0)
+
+
+def cholesky(a):
+    """Lower Cholesky factor of a symmetric positive definite matrix.
+
+    Raises
+    ------
+    CholeskyError
+        If the matrix is not numerically positive definite.
+    """
+    if not np.all(np.isfinite(a)):
+        raise CholeskyError("matrix to factorise contains NaN or inf")
+    low, info = _potrf(a)
+    if info != 0:
+        raise CholeskyError(f"matrix is not positive definite (leading minor {info})")
+    return low
+
+
+def jittered_cholesky(a, jitter=DEFAULT_JITTER, max_tries=MAX_JITTER_TRIES, what="kernel matrix"):
+    """Cholesky of ``a + jitter * mean(diag(a)) * I``, retried with ten times more jitter.
+
+    Parameters
+    ----------
+    a : ndarray of shape (m, m)
+        Symmetric matrix, numerically positive semi-definite.
+    jitter : float
+        First relative jitter; the absolute jitter is ``jitter * mean(diag(a))``.
+    max_tries : int
+        Attempts, each with ten times the previous jitter.
+    what : str
+        Name of the matrix in the error and warning messages.
+
+    Returns
+    -------
+    low : ndarray
+        Lower factor of the jittered matrix.
+    relative : float
+        The relative jitter that succeeded (pass it back in to reuse it).
+
+    Raises
+    ------
+    CholeskyError
+        If every attempt failed; the message gives the largest jitter tried.
+    """
+    if not np.all(np.isfinite(a)):
+        raise CholeskyError(f"{what} contains NaN or inf; check the inputs and the kernel hyperparameters")
+    scale = float(np.mean(np.diag(a)))
+    if not scale > 0:
+        scale = 1.0
+    rel = jitter
+    tried = rel
+    n = a.shape[0]
+    for attempt in range(max_tries):
+        added = rel * scale
+        shifted = a.copy()
+        shifted.flat[:: n + 1] += added
+        low, info = _potrf(shifted)
+        if info == 0:
+            if attempt > 0:
+                warnings.warn(
+                    f"{what} needed a relative jitter of {rel:.0e} to be factorised",
+                    JitterWarning,
+                    stacklevel=3,
+                )
+            return low, rel
+        tried = rel
+        # A zero jitter that fails escalates from a tiny positive one.
+        rel = rel * 10.0 if rel > 0 else 1e-10
+    raise CholeskyError(
+        f"{what} is not positive definite even with a relative jitter of {tried:.0e}; "
+        "the kernel hyperparameters are probably degenerate (check for duplicated inducing "
+        "points, a vanishing length scale or unscaled inputs)"
+    )
+
+
+def _trsm_for(dtype):
+    return blas.strsm if dtype == np.float32 else blas.dtrsm
+
+
+def solve_triangular(low, b, trans=False):
+    """Solve ``op(low) x = b`` for a lower triangular ``low``.
+
+    Parameters
+    ----------
+    low : ndarray of shape (m, m), lower triangular.
+    b : ndarray of shape (m,) or (m, n).
+    trans : bool
+        Solve with ``low.T`` instead of ``low``.
+
+    Returns
+    -------
+    ndarray of the shape of ``b``, C-ordered.
+    """
+    vector = b.ndim == 1
+    if vector:
+        b = b[:, None]
+    dtype = np.result_type(low.dtype, b.dtype, np.float32)
+    low = low.astype(dtype, copy=False)
+    b = b.astype(dtype, copy=False)
+    # x = op(L)^-1 b  <=>  x^T = b^T op(L)^-T : a right-side solve on b^T, whose
+    # F view is the C-ordered b.
+    bt = np.ascontiguousarray(b).T
+    lf, flag, lower = low, True, True
+    if low.flags.c_contiguous and not low.flags.f_contiguous:
+        lf, flag, lower = low.T, False, False
+    # op_A must equal op(L)^T; op(L)^T = L^T (trans False) or L (trans True).
+    want_transpose_of_low = not trans
+    trans_flag = flag if want_transpose_of_low else not flag
+    xt = _trsm_for(dtype)(1.0, lf, bt, side=1, lower=lower, trans_a=int(trans_flag))
+    x = xt.T
+    return x[:, 0] if vector else x
+
+
+def cho_solve(low, b):
+    """Solve ``(low low^T) x = b`` given the lower Cholesky factor."""
+    return solve_triangular(low, solve_triangular(low, b), trans=True)
+
+
+def tri_inverse(low):
+    """Inverse of a lower triangular matrix (lower triangular, C-ordered)."""
+    fn = lapack.strtri if low.dtype == np.float32 else lapack.dtrtri
+    inv, info = fn(low, lower=1)
+    if info != 0:
+        raise CholeskyError("triangular factor is singular")
+    return np.ascontiguousarray(np.tril(inv))
+
+
+def inverse_cholesky_factor(precision):
+    """Lower triangular ``L`` with ``L L^T = precision^-1``, without forming the inverse.
+
+    With ``J`` the order-reversing permutation and ``C = chol(J P J)``, the matrix
+    ``J C^-T J`` is lower triangular and squares to ``P^-1``.
+
+    Raises
+    ------
+    CholeskyError
+        If ``precision`` is not positive definite.
+    """
+    flipped = np.ascontiguousarray(precision[::-1, ::-1])
+    c = cholesky(flipped)
+    return np.ascontiguousarray(tri_inverse(c).T[::-1, ::-1])
+
+
+def cholesky_backward(low, low_bar):
+    """Reverse-mode derivative of the Cholesky factorisation.
+
+    Given ``low = chol(A)`` and the adjoint ``low_bar = dF/dlow`` (only its lower
+    triangle matters), return the symmetric ``A_bar`` with ``dF = sum(A_bar * dA)`` for
+    symmetric perturbations ``dA`` (Murray 2016, eq. 10).
+    """
+    phi = np.tril(mm(low, low_bar, trans_a=True))
+    phi[np.diag_indices_from(phi)] *= 0.5
+    # A_bar = 0.5 * L^-T (Phi + Phi^T) L^-1, symmetrised
+    tmp = solve_triangular(low, phi.T, trans=True)  # L^-T Phi^T
+    a_bar = solve_triangular(low, tmp.T, trans=True)  # L^-T (L^-T Phi^T)^T = L^-T Phi L^-1
+    return 0.5 * (a_bar + a_bar.T)

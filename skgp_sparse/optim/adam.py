@@ -1,0 +1,62 @@
+"""Adam (Kingma and Ba, 2015) over a dict of named arrays, with box bounds."""
+
+import numpy as np
+
+
+class Adam:
+    """Bias-corrected Adam that ascends an objective.
+
+    Parameters
+    ----------
+    learning_rate : float
+    beta1, beta2, eps : float
+        The usual moment decay rates and denominator guard.
+
+    Notes
+    -----
+    Parameters live in a dict ``{name: ndarray}``; each name has its own moments, so the
+    set of parameters (kernel hyperparameters, log noise, inducing inputs, ...) is
+    whatever the caller hands in. ``bounds`` clip a parameter after its step, which is
+    how sklearn-style hyperparameter bounds hold.
+    """
+
+    def __init__(self, learning_rate=0.01, beta1=0.9, beta2=0.999, eps=1e-8):
+        self.learning_rate = learning_rate
+        self.beta1 = beta1
+        self.beta2 = beta2
+        self.eps = eps
+        self.t = 0
+        self._m = {}
+        self._v = {}
+
+    def step(self, params, grads, bounds=None):
+        """Return new parameters ``params + lr * m_hat / (sqrt(v_hat) + eps)``.
+
+        Parameters
+        ----------
+        params, grads : dict of name -> ndarray
+            Current values and gradients of the objective to maximise.
+        bounds : dict of name -> (lower, upper), optional
+            Arrays or scalars broadcast against the parameter.
+        """
+        self.t += 1
+        b1, b2 = self.beta1, self.beta2
+        corr1 = 1.0 - b1**self.t
+        corr2 = 1.0 - b2**self.t
+        out = {}
+        for name, value in params.items():
+            g = grads[name]
+            m = self._m.get(name)
+            if m is None or m.shape != g.shape:
+                m = np.zeros_like(g)
+                self._v[name] = np.zeros_like(g)
+            v = self._v[name]
+            m = b1 * m + (1.0 - b1) * g
+            v = b2 * v + (1.0 - b2) * g * g
+            self._m[name], self._v[name] = m, v
+            new = value + self.learning_rate * (m / corr1) / (np.sqrt(v / corr2) + self.eps)
+            if bounds is not None and name in bounds:
+                low, high = bounds[name]
+                new = np.clip(new, low, high)
+            out[name] = new
+        return out

@@ -1,0 +1,20 @@
+"""scikit-learn's own estimator checks."""
+
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from skgp_sparse import SparseGPRegressor
+
+#: Checks the estimators are known to fail, with the reason.
+EXPECTED_FAILURES = {}
+
+
+def expected_failures(estimator):
+    return EXPECTED_FAILURES.get(type(estimator).__name__, {})
+
+
+@parametrize_with_checks(
+    [SparseGPRegressor(n_inducing=20, max_iter=50, random_state=0)],
+    expected_failed_checks=expected_failures,
+)
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
