@@ -36,7 +36,7 @@ import numpy as np
 import torch
 import gpytorch
 from gpytorch.distributions import MultivariateNormal
-from gpytorch.kernels import RBFKernel, ScaleKernel
+from gpytorch.kernels import MaternKernel, RBFKernel, ScaleKernel
 from gpytorch.likelihoods import BernoulliLikelihood, GaussianLikelihood
 from gpytorch.means import ConstantMean, ZeroMean
 from gpytorch.mlls import VariationalELBO
@@ -88,7 +88,7 @@ def _torch_env(threads):
 class SVGPModel(ApproximateGP):
     """Single-output SVGP: whitened strategy, learned Z, zero (or constant) mean, ARD RBF."""
 
-    def __init__(self, Z0, natural=False, mean="zero"):
+    def __init__(self, Z0, natural=False, mean="zero", kernel="rbf"):
         Z0 = torch.as_tensor(np.asarray(Z0), dtype=torch.float64)
         M, d = Z0.shape
         # The natural parametrisation is what NGD needs; Cholesky is the Adam default.
@@ -97,7 +97,8 @@ class SVGPModel(ApproximateGP):
         strategy = VariationalStrategy(self, Z0, q_u, learn_inducing_locations=True)
         super().__init__(strategy)
         self.mean_module = ConstantMean() if mean == "constant" else ZeroMean()
-        self.covar_module = ScaleKernel(RBFKernel(ard_num_dims=d))
+        base = MaternKernel(nu=2.5, ard_num_dims=d) if kernel == "matern52" else RBFKernel(ard_num_dims=d)
+        self.covar_module = ScaleKernel(base)
 
     def forward(self, x):
         return MultivariateNormal(self.mean_module(x), self.covar_module(x))
@@ -107,14 +108,14 @@ def _as_tensor(a):
     return torch.as_tensor(np.ascontiguousarray(a, dtype=np.float64))
 
 
-def _build(X, y, Z0, likelihood, mode, seed, init_lengthscale, init_outputscale):
+def _build(X, y, Z0, likelihood, mode, seed, init_lengthscale, init_outputscale, kernel="rbf"):
     """Model, likelihood, ELBO and a ``step(idx) -> elbo`` closure; call inside ``_torch_env``."""
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
     torch.manual_seed(seed)
     Xt, yt = _as_tensor(X), _as_tensor(y)
     N = Xt.shape[0]
-    model = SVGPModel(Z0, natural=(mode == "ngd")).double()
+    model = SVGPModel(Z0, natural=(mode == "ngd"), kernel=kernel).double()
     model.covar_module.outputscale = init_outputscale
     model.covar_module.base_kernel.lengthscale = init_lengthscale
     likelihood = likelihood.double()
@@ -153,11 +154,11 @@ def _build(X, y, Z0, likelihood, mode, seed, init_lengthscale, init_outputscale)
 
 
 def _train(X, y, Z0, likelihood, batch_size, n_epochs, mode, seed, threads,
-           init_lengthscale, init_outputscale, verbose):
+           init_lengthscale, init_outputscale, verbose, kernel="rbf"):
     with _torch_env(threads):
         t0 = time.perf_counter()
         model, likelihood, step, N = _build(
-            X, y, Z0, likelihood, mode, seed, init_lengthscale, init_outputscale
+            X, y, Z0, likelihood, mode, seed, init_lengthscale, init_outputscale, kernel
         )
         gen = torch.Generator().manual_seed(seed)  # shuffling independent of init RNG
         per_epoch = []
@@ -178,7 +179,8 @@ def _train(X, y, Z0, likelihood, batch_size, n_epochs, mode, seed, threads,
 
 
 def fit_gpytorch(X, y, Z0, batch_size, n_epochs, mode="adam", seed=0, threads=2,
-                 init_lengthscale=1.0, init_outputscale=1.0, init_noise=1.0, verbose=False):
+                 init_lengthscale=1.0, init_outputscale=1.0, init_noise=1.0, verbose=False,
+                 kernel="rbf"):
     """Train a GPyTorch SVGP regressor on float64 numpy data.
 
     Returns ``(model, likelihood, fit_seconds, per_epoch_elbo)``; ``fit_seconds``
@@ -190,7 +192,7 @@ def fit_gpytorch(X, y, Z0, batch_size, n_epochs, mode="adam", seed=0, threads=2,
         lik = GaussianLikelihood()
         lik.noise = init_noise
     return _train(X, y, Z0, lik, batch_size, n_epochs, mode, seed, threads,
-                  init_lengthscale, init_outputscale, verbose)
+                  init_lengthscale, init_outputscale, verbose, kernel)
 
 
 def predict_gpytorch(model, likelihood, Xt, batch_size=4096, threads=2):
@@ -207,7 +209,7 @@ def predict_gpytorch(model, likelihood, Xt, batch_size=4096, threads=2):
 
 def time_gpytorch_step(X, y, Z0, batch_size, n_steps, mode="adam", n_warmup=3, seed=0,
                        threads=2, init_lengthscale=1.0, init_outputscale=1.0, init_noise=1.0,
-                       return_times=False):
+                       return_times=False, kernel="rbf"):
     """Median wall seconds of one training step (forward, backward, optimizer step(s)).
 
     Minibatches are consecutive slices of a seeded permutation, as in training.
@@ -217,7 +219,7 @@ def time_gpytorch_step(X, y, Z0, batch_size, n_steps, mode="adam", n_warmup=3, s
     with _torch_env(threads):
         lik = GaussianLikelihood()
         lik.noise = init_noise
-        _, _, step, N = _build(X, y, Z0, lik, mode, seed, init_lengthscale, init_outputscale)
+        _, _, step, N = _build(X, y, Z0, lik, mode, seed, init_lengthscale, init_outputscale, kernel)
         gen = torch.Generator().manual_seed(seed)
         total = n_warmup + n_steps
         perm = torch.cat([torch.randperm(N, generator=gen)

@@ -109,11 +109,16 @@ def generator_from(random_state):
     return np.random.default_rng(check_random_state(random_state).randint(np.iinfo(np.int32).max))
 
 
-def run_training(estimator, model, X, Y, rng, conjugate):
-    """Minibatch natural-gradient training of ``model`` with the estimator's settings."""
+def run_training(estimator, model, X, Y, rng, conjugate, steps_done=0):
+    """Minibatch natural-gradient training of ``model`` with the estimator's settings.
+
+    ``steps_done`` (a warm start) lets the natural-step schedule continue where it was
+    rather than restart with large steps that would forget the fitted q(u).
+    """
     n = X.shape[0]
     batch = n if estimator.batch_size is None else min(estimator.batch_size, n)
     schedule = NaturalStepSchedule(estimator.natural_step_size, conjugate=conjugate, full_batch=batch >= n)
+    schedule.t = steps_done
     adam = Adam(learning_rate=estimator.learning_rate)
     history = train(
         model,

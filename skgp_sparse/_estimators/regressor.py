@@ -59,12 +59,12 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         Training stops when the epoch-mean ELBO per row has not improved by more than
         ``tol`` nats for ``n_iter_no_change`` consecutive epochs.
     n_iter_no_change : int, default=5
-    natural_step_size : float in (0, 1], default=0.1
+    natural_step_size : float in (0, 1], default=0.05
         Step size of the natural-gradient update of q(u) once training is under way.
         Under this Gaussian likelihood the step starts at 1 and decays as 1/t to this
         value (a running average of the minibatch optima); with a full batch it stays 1,
         so every step lands on the optimal q(u) for the current hyperparameters.
-    learning_rate : float, default=0.05
+    learning_rate : float, default=0.03
         Adam step size for the log-hyperparameters, the log noise and the inducing inputs.
     learn_inducing : bool, default=True
         Whether Adam moves the inducing inputs.
@@ -104,7 +104,7 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
     n_iter_ : int
         Number of epochs run.
     n_steps_ : int
-        Number of minibatch steps run.
+        Number of minibatch steps run (including earlier fits continued by ``warm_start``).
     loss_curve_ : list of float
         Mean minibatch ELBO estimate of each epoch (nats, full-data scale).
     converged_ : bool
@@ -149,8 +149,8 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         max_iter=100,
         tol=1e-4,
         n_iter_no_change=5,
-        natural_step_size=0.1,
-        learning_rate=0.05,
+        natural_step_size=0.05,
+        learning_rate=0.03,
         learn_inducing=True,
         inducing_init="kmeans",
         noise_variance=0.1,
@@ -254,7 +254,8 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
             model.noise.log_value = np.log(self.noise_variance_)
             model.jitter = self.jitter_
             model.set_adam_params(model.adam_params())
-        history, schedule = run_training(self, model, X, Y, rng, conjugate=True)
+        steps_done = self.n_steps_ if warm else 0
+        history, schedule = run_training(self, model, X, Y, rng, conjugate=True, steps_done=steps_done)
 
         self.kernel_ = model.kernel.to_sklearn()
         self.noise_variance_ = model.noise.value
@@ -262,7 +263,7 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         self.inducing_points_ = model.state.inducing
         self.jitter_ = model.jitter
         self.n_iter_ = history.n_epochs
-        self.n_steps_ = history.n_steps
+        self.n_steps_ = steps_done + history.n_steps
         self.loss_curve_ = history.elbo
         self.converged_ = history.converged
         self.n_natural_backoffs_ = schedule.n_backoffs

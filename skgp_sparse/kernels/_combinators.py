@@ -9,7 +9,7 @@ the diagonal -- and expand to dense only when the result has to be dense anyway.
 import numpy as np
 
 from ._base import DENSE, DIAGONAL, SCALAR, Diagonal, densify, kind_of, reduce_bar
-from ._profiles import sum_product
+from ._profiles import scale_and_dot
 
 __all__ = ["SumNode", "ProductNode", "ExponentiationNode"]
 
@@ -29,13 +29,6 @@ def _add_grads(g1, g2):
         return g1
     g1 += g2  # both are fresh arrays produced by the children's backward passes
     return g1
-
-
-def _sum_prod(a, b):
-    """``sum(a * b)`` for dense arrays of one shape."""
-    if a.ndim == 2:
-        return float(sum_product(np.ascontiguousarray(a), np.ascontiguousarray(b)))
-    return float(np.sum(a * b))
 
 
 def _add_into(out, other, kind):
@@ -115,9 +108,16 @@ class ProductNode:
             out = D * c
 
             def back_scaled(bar, theta_bar):
-                # d/dc sum(bar * c D) = sum(bar * D); the dense child sees c * bar.
-                g = bc(_sum_prod(bar, D), theta_bar)
-                return _add_grads(bd(bar * c, theta_bar), g)
+                # d/dc sum(bar * c D) = sum(bar * D); the dense child sees c * bar. Both
+                # in one pass over the matrices.
+                if bar.ndim == 2:
+                    child_bar = np.empty(bar.shape, dtype=D.dtype)
+                    bar_dot_d = scale_and_dot(np.ascontiguousarray(bar), D, c, child_bar)
+                else:
+                    child_bar = bar * c
+                    bar_dot_d = np.sum(bar * D)
+                g = bc(float(bar_dot_d), theta_bar)
+                return _add_grads(bd(child_bar, theta_bar), g)
 
             return out, back_scaled
 

@@ -14,8 +14,8 @@ reduction over ``W`` -- no ``(M, N, D)`` tensor is ever formed:
   = -2 (A_s^2 . rowsum(W) + B_s^2 . colsum(W) - 2 sum_i a_s,id (W B_s)_id)``
   (summed over ``d`` for an isotropic length scale).
 
-In gram mode ``A`` sits in both arguments; with ``W_s = W + W^T`` (symmetric) the same
-formulas hold with ``W_s`` and halved differences (see :meth:`Stationary._gram`).
+In gram mode ``A`` sits in both arguments and ``W^T`` joins ``W`` (see
+:meth:`Stationary._finish_gram`).
 """
 
 import math
@@ -70,10 +70,6 @@ class Stationary(Leaf):
         p = [float(self.values[name]) for name in self.profile_names] + [0.0, 0.0]
         self.p0, self.p1 = p[0], p[1]
 
-    def _accumulate_profile(self, theta_bar, pbar):
-        for k, name in enumerate(self.profile_names):
-            self.accumulate(theta_bar, name, pbar[k])
-
     def _accumulate_scale(self, theta_bar, sq_sums):
         """``sq_sums[d] = sum_ij W_ij (a_s,id - b_s,jd)^2``; d r2 / d log l_d = -2 (..)^2."""
         if self.scale_name is None or not self.free(self.scale_name):
@@ -112,29 +108,25 @@ class Stationary(Leaf):
 
     def _cross(self, A, B, grad):
         As, Bs, inv_l = self._scaled(A, B)
-        na, nb = _row_sq(As), _row_sq(Bs)
-        G = mm(As, Bs, trans_b=True)
-        K = np.empty_like(G)
-        fp = np.empty_like(G) if grad else P.empty_like_fp(G.dtype)
-        kind, p0, p1 = self.kind, self.p0, self.p1
-        P.cross_forward(G, na, nb, As, Bs, kind, p0, p1, K, fp, grad)
+        r2 = mm(As, Bs, trans_b=True)
+        P.cross_sqdist(r2, _row_sq(As), _row_sq(Bs), As, Bs)
+        K, fp = self._profile(r2, grad)
         if not grad:
             return K, None
-        r2 = G
+        p0, p1 = self.p0, self.p1  # back differentiates the kernel that made K
 
         def back(K_bar, theta_bar):
             K_bar = np.ascontiguousarray(K_bar, dtype=K.dtype)
             W = np.empty_like(K_bar)
             rs = np.empty(W.shape[0], dtype=W.dtype)
             cs = np.empty(W.shape[1], dtype=W.dtype)
-            pbar = np.zeros(2)
-            P.cross_backward(K_bar, fp, r2, kind, p0, p1, W, rs, cs, pbar)
-            return self._finish_cross(theta_bar, W, rs, cs, pbar, As, Bs, inv_l)
+            P.weigh_cross(K_bar, fp, W, rs, cs)
+            self._profile_params_back(theta_bar, K_bar, r2, fp, p0, p1)
+            return self._finish_cross(theta_bar, W, rs, cs, As, Bs, inv_l)
 
         return K, back
 
-    def _finish_cross(self, theta_bar, W, rs, cs, pbar, As, Bs, inv_l):
-        self._accumulate_profile(theta_bar, pbar)
+    def _finish_cross(self, theta_bar, W, rs, cs, As, Bs, inv_l):
         Wb = mm(W, Bs)
         if self.scale_name is not None and self.free(self.scale_name):
             sq = mm(rs, As * As) + mm(cs, Bs * Bs) - 2.0 * np.einsum("ij,ij->j", As, Wb)
@@ -145,35 +137,50 @@ class Stationary(Leaf):
 
     def _gram(self, A, grad):
         As, _, inv_l = self._scaled(A, None)
-        na = _row_sq(As)
-        G = mm(As, As, trans_b=True)
-        K = np.empty_like(G)
-        fp = np.empty_like(G) if grad else P.empty_like_fp(G.dtype)
-        kind, p0, p1 = self.kind, self.p0, self.p1
-        P.gram_forward(G, na, As, kind, p0, p1, K, fp, grad)
+        r2 = mm(As, As, trans_b=True)
+        P.gram_sqdist(r2, _row_sq(As), As)
+        K, fp = self._profile(r2, grad)
         if not grad:
             return K, None
-        r2 = G
+        p0, p1 = self.p0, self.p1  # back differentiates the kernel that made K
 
         def back(K_bar, theta_bar):
             K_bar = np.ascontiguousarray(K_bar, dtype=K.dtype)
-            Ws = np.empty_like(K_bar)
-            rs = np.empty(Ws.shape[0], dtype=Ws.dtype)
-            pbar = np.zeros(2)
-            P.gram_backward(K_bar, fp, r2, kind, p0, p1, Ws, rs, pbar)
-            return self._finish_gram(theta_bar, Ws, rs, pbar, As, inv_l)
+            W = np.empty_like(K_bar)
+            rs = np.empty(W.shape[0], dtype=W.dtype)
+            cs = np.empty(W.shape[1], dtype=W.dtype)
+            P.weigh_cross(K_bar, fp, W, rs, cs)
+            self._profile_params_back(theta_bar, K_bar, r2, fp, p0, p1)
+            return self._finish_gram(theta_bar, W, rs, cs, As, inv_l)
 
         return K, back
 
-    def _finish_gram(self, theta_bar, Ws, rs, pbar, As, inv_l):
-        # sum_ij W_ij (a_i - a_j)^2 = 1/2 sum_ij Ws_ij (a_i - a_j)^2
-        #                           = sum_i a_i^2 rs_i - sum_i a_i (Ws A)_i
-        self._accumulate_profile(theta_bar, pbar)
-        Wa = mm(Ws, As)
+    def _profile(self, r2, grad):
+        """``K = f(r2)`` and ``fp = f'(r2)`` (None without ``grad``); may overwrite r2."""
+        K = np.empty_like(r2)
+        fp = P.forward(self.kind, r2, self.p0, self.p1, K, grad)
+        return K, fp
+
+    def _profile_params_back(self, theta_bar, K_bar, r2, fp, p0, p1):
+        if self.profile_names:
+            q = P.param_sums(self.kind, K_bar, r2, fp, p0, p1)
+            for k, name in enumerate(self.profile_names):
+                self.accumulate(theta_bar, name, q[k])
+
+    def _finish_gram(self, theta_bar, W, rs, cs, As, inv_l):
+        # A sits in both arguments: with W = K_bar * fp (not symmetric),
+        #   d F / d a_i = (2 / l) (a_i (rs_i + cs_i) - (W A)_i - (W^T A)_i),
+        #   sum_ij W_ij (a_i - a_j)^2 = sum_i a_i^2 (rs_i + cs_i) - 2 sum_i a_i (W A)_i.
+        # The W^T product is a second thin GEMM rather than a transposed pass over W,
+        # which would be strided. The diagonal of W multiplies zero differences; it
+        # cancels up to rounding.
+        rc = rs + cs
+        Wa = mm(W, As)
         if self.scale_name is not None and self.free(self.scale_name):
-            sq = mm(rs, As * As) - np.einsum("ij,ij->j", As, Wa)
+            sq = mm(rc, As * As) - 2.0 * np.einsum("ij,ij->j", As, Wa)
             self._accumulate_scale(theta_bar, sq)
-        Wa -= As * rs[:, None]
+        Wa += mm(W, As, trans_a=True)
+        Wa -= As * rc[:, None]
         Wa *= -2.0 * inv_l
         return Wa
 
@@ -214,6 +221,7 @@ class GenericMatern(Stationary):
         if bad.any():
             f[bad] = np.where(s[bad] < 1.0, 1.0, 0.0)
         f[zero] = 1.0
+        f = f.astype(r2.dtype, copy=False)
         if not grad:
             return f, None
         with np.errstate(all="ignore"):
@@ -224,39 +232,7 @@ class GenericMatern(Stationary):
             # Only near s = 0 (overflow of K_(nu-1)); large s underflows to 0 cleanly.
             fp[bad] = limit
         fp[zero] = limit
-        return f, fp
-
-    def _cross(self, A, B, grad):
-        As, Bs, inv_l = self._scaled(A, B)
-        r2 = mm(As, Bs, trans_b=True)
-        P.cross_sqdist(r2, _row_sq(As), _row_sq(Bs), As, Bs)
-        K, fp = self._profile(r2, grad)
-        if not grad:
-            return K.astype(As.dtype, copy=False), None
-
-        def back(K_bar, theta_bar):
-            W = np.multiply(K_bar, fp, dtype=K.dtype)
-            rs, cs = W.sum(axis=1), W.sum(axis=0)
-            return self._finish_cross(theta_bar, W, rs, cs, np.zeros(2), As, Bs, inv_l)
-
-        return K.astype(As.dtype, copy=False), back
-
-    def _gram(self, A, grad):
-        As, _, inv_l = self._scaled(A, None)
-        r2 = mm(As, As, trans_b=True)
-        P.gram_sqdist(r2, _row_sq(As), As)
-        K, fp = self._profile(r2, grad)
-        if not grad:
-            return K.astype(As.dtype, copy=False), None
-
-        def back(K_bar, theta_bar):
-            Ws = np.add(K_bar, K_bar.T, dtype=K.dtype)
-            Ws *= fp
-            np.fill_diagonal(Ws, 0.0)
-            rs = Ws.sum(axis=1)
-            return self._finish_gram(theta_bar, Ws, rs, np.zeros(2), As, inv_l)
-
-        return K.astype(As.dtype, copy=False), back
+        return f, fp.astype(r2.dtype, copy=False)
 
 
 # --------------------------------------------------------------------------------------

@@ -1,0 +1,65 @@
+"""Adam and the natural-step schedule with its back-off."""
+
+import numpy as np
+import pytest
+
+from skgp_sparse.linalg import CholeskyError
+from skgp_sparse.optim import Adam, NaturalStepSchedule
+
+
+def test_adam_first_step_is_learning_rate_in_the_gradient_sign_and_bounds_clip():
+    adam = Adam(learning_rate=0.1)
+    out = adam.step({"a": np.array([0.0, 0.0]), "b": np.array([1.0])},
+                    {"a": np.array([3.0, -0.5]), "b": np.array([2.0])},
+                    bounds={"b": (0.0, 1.05)})
+    np.testing.assert_allclose(out["a"], [0.1, -0.1], rtol=1e-6)
+    np.testing.assert_allclose(out["b"], [1.05])
+
+
+def test_adam_maximises_a_concave_quadratic():
+    adam = Adam(learning_rate=0.05)
+    x = {"x": np.array([3.0, -2.0])}
+    for _ in range(2000):
+        x = adam.step(x, {"x": -2 * (x["x"] - np.array([0.5, 1.0]))})
+    np.testing.assert_allclose(x["x"], [0.5, 1.0], atol=1e-3)
+
+
+def test_conjugate_schedule_starts_at_one_and_decays_to_the_floor():
+    schedule = NaturalStepSchedule(0.1, conjugate=True, full_batch=False)
+    sizes = [schedule.apply(lambda s: s)[1] for _ in range(30)]
+    assert sizes[0] == 1.0 and sizes[1] == 0.5 and sizes[-1] == 0.1
+    full = NaturalStepSchedule(0.1, conjugate=True, full_batch=True)
+    assert all(full.apply(lambda s: s)[1] == 1.0 for _ in range(5))
+
+
+def test_non_conjugate_schedule_warms_up():
+    schedule = NaturalStepSchedule(0.2, conjugate=False, full_batch=False, warmup_steps=10)
+    sizes = [schedule.apply(lambda s: s)[1] for _ in range(12)]
+    assert sizes[0] == pytest.approx(0.02) and sizes[9] == pytest.approx(0.2) and sizes[11] == pytest.approx(0.2)
+
+
+def test_failed_step_is_halved_counted_and_remembered():
+    schedule = NaturalStepSchedule(0.5, conjugate=True, full_batch=True)
+    tried = []
+
+    def step(size):
+        tried.append(size)
+        if size > 0.3:
+            raise CholeskyError("not positive definite")
+        return "ok"
+
+    result, size = schedule.apply(step)
+    assert result == "ok" and tried == [1.0, 0.5, 0.25] and size == 0.25
+    assert schedule.n_backoffs == 2
+    # the reduction persists and recovers slowly
+    assert schedule.current() == pytest.approx(0.25 * 1.1)
+
+
+def test_a_step_that_always_fails_raises_a_clear_error():
+    schedule = NaturalStepSchedule(0.5, conjugate=True, full_batch=True)
+
+    def broken(size):
+        raise CholeskyError("no")
+
+    with pytest.raises(CholeskyError, match="natural_step_size"):
+        schedule.apply(broken)
