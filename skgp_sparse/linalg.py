@@ -21,6 +21,7 @@ __all__ = [
     "cholesky",
     "jittered_cholesky",
     "solve_triangular",
+    "tri_mm",
     "cho_solve",
     "inverse_cholesky_factor",
     "cholesky_backward",
@@ -224,6 +225,33 @@ def solve_triangular(low, b, trans=False):
     return x[:, 0] if vector else x
 
 
+def _trmm_for(dtype):
+    return blas.strmm if dtype == np.float32 else blas.dtrmm
+
+
+def tri_mm(low, b, trans=False):
+    """Product ``op(low) @ b`` for a lower triangular ``low``: half the flops of a GEMM.
+
+    Parameters
+    ----------
+    low : ndarray of shape (m, m), lower triangular (the strict upper part is ignored).
+    b : ndarray of shape (m, n).
+    trans : bool
+        Multiply by ``low.T`` instead of ``low``.
+    """
+    dtype = np.result_type(low.dtype, b.dtype, np.float32)
+    low = low.astype(dtype, copy=False)
+    b = b.astype(dtype, copy=False)
+    # As in solve_triangular: x^T = b^T op(L)^T, a right-side product on the F view of b.
+    bt = np.ascontiguousarray(b).T
+    lf, flag, lower = low, True, True
+    if low.flags.c_contiguous and not low.flags.f_contiguous:
+        lf, flag, lower = low.T, False, False
+    trans_flag = flag if not trans else not flag
+    xt = _trmm_for(dtype)(1.0, lf, bt, side=1, lower=lower, trans_a=int(trans_flag))
+    return xt.T
+
+
 def cho_solve(low, b):
     """Solve ``(low low^T) x = b`` given the lower Cholesky factor."""
     return solve_triangular(low, solve_triangular(low, b), trans=True)
@@ -232,7 +260,13 @@ def cho_solve(low, b):
 def tri_inverse(low):
     """Inverse of a lower triangular matrix (lower triangular, C-ordered)."""
     fn = lapack.strtri if low.dtype == np.float32 else lapack.dtrtri
-    inv, info = fn(low, lower=1)
+    if low.flags.c_contiguous:
+        # The F view of a C-ordered lower factor is its (upper) transpose: invert that
+        # and transpose back, without copies.
+        inv, info = fn(low.T, lower=0)
+        inv = inv.T
+    else:
+        inv, info = fn(low, lower=1)
     if info != 0:
         raise CholeskyError("triangular factor is singular")
     return np.ascontiguousarray(np.tril(inv))
@@ -254,16 +288,32 @@ def inverse_cholesky_factor(precision):
     return np.ascontiguousarray(tri_inverse(c).T[::-1, ::-1])
 
 
-def cholesky_backward(low, low_bar):
+def _lower_operand(low):
+    """(F-ordered array, lower flag, transposed flag) with op(array) == low."""
+    if low.flags.c_contiguous and not low.flags.f_contiguous:
+        return low.T, False, True
+    return np.asfortranarray(low), True, False
+
+
+def cholesky_backward(low, low_bar=None, lt_low_bar=None):
     """Reverse-mode derivative of the Cholesky factorisation.
 
     Given ``low = chol(A)`` and the adjoint ``low_bar = dF/dlow`` (only its lower
     triangle matters), return the symmetric ``A_bar`` with ``dF = sum(A_bar * dA)`` for
-    symmetric perturbations ``dA`` (Murray 2016, eq. 10).
+    symmetric perturbations ``dA`` (Murray 2016, eq. 10):
+    ``A_bar = sym(L^-T Phi(L^T L_bar) L^-1)``, Phi taking the lower triangle with a halved
+    diagonal. Callers that can form ``low.T @ low_bar`` more cheaply than by a product
+    pass it as ``lt_low_bar``.
     """
-    phi = np.tril(mm(low, low_bar, trans_a=True))
+    if lt_low_bar is None:
+        lt_low_bar = tri_mm(low, np.tril(low_bar), trans=True)
+    phi = np.asfortranarray(np.tril(lt_low_bar))
     phi[np.diag_indices_from(phi)] *= 0.5
-    # A_bar = 0.5 * L^-T (Phi + Phi^T) L^-1, symmetrised
-    tmp = solve_triangular(low, phi.T, trans=True)  # L^-T Phi^T
-    a_bar = solve_triangular(low, tmp.T, trans=True)  # L^-T (L^-T Phi^T)^T = L^-T Phi L^-1
-    return 0.5 * (a_bar + a_bar.T)
+    lf, lower, transposed = _lower_operand(low)
+    trsm = _trsm_for(phi.dtype)
+    # L^-T Phi (left side), then (.) L^-1 (right side), both in place on F-ordered data.
+    x = trsm(1.0, lf, phi, side=0, lower=lower, trans_a=int(not transposed), overwrite_b=1)
+    x = trsm(1.0, lf, x, side=1, lower=lower, trans_a=int(transposed), overwrite_b=1)
+    out = x + x.T
+    out *= 0.5
+    return out

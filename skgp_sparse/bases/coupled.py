@@ -9,9 +9,10 @@ With A = L_k^-1 K_zx (M x B) the latent marginals at the rows x are
 
     mean_p = A^T m_p,    var_c = k_xx - colsum(A * A) + colsum((L_c^T A)^2),
 
-computed as mean = K_xz alpha and var_c = k_xx + colsum(K_zx * W_c K_zx) with the M x M
-terms alpha = L_k^-T m and W_c = L_k^-T (S_c - I) L_k^-1 formed once per step, and the
-KL to the prior N(0, I) needs no kernel matrix at all. Every formula of the
+and the KL to the prior N(0, I) needs no kernel matrix at all. A training step costs
+five O(B M^2) triangular products (half a GEMM each) and a few O(M^3) ones; the fitted
+predictor folds the M x M terms together (alpha = L_k^-T m, W_c = L_k^-T (S_c - I) L_k^-1)
+so that a test row costs one product. Every formula of the
 backward pass below is checked against finite differences in tests/test_coupled.py.
 """
 
@@ -19,7 +20,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..linalg import cholesky_backward, gram, inverse_cholesky_factor, jittered_cholesky, mm, tri_inverse
+from ._fused import a_adjoint_inplace, add_scaled_difference_inplace, column_variances
+from ..linalg import (
+    cholesky_backward,
+    gram,
+    inverse_cholesky_factor,
+    jittered_cholesky,
+    mm,
+    solve_triangular,
+    tri_inverse,
+    tri_mm,
+)
 
 
 #: Fields of the state that Adam may move (when inducing inputs are learned).
@@ -74,8 +85,7 @@ def covariance_of_output(n_outputs, n_covariances):
 class _Tape:
     """What the backward pass and the natural step need from one forward pass."""
 
-    __slots__ = ("low_k", "inv_low_k", "kzx", "alpha", "middle", "w_kzx", "mean", "back_zz", "back_zx", "back_diag",
-                 "jitter", "h_per_cov", "weighted_inv")
+    __slots__ = ("low_k", "a", "lt_a", "mean", "back_zz", "back_zx", "back_diag", "jitter", "h_key", "whitened_gram")
 
 
 def factor_kzz(kernel, Z, jitter, need_grad):
@@ -88,30 +98,8 @@ def factor_kzz(kernel, Z, jitter, need_grad):
     return low_k, used, back
 
 
-def middle_terms(low_k, state):
-    """The M x M quantities of the marginals, computed once per step (O(M^3)).
-
-    Returns
-    -------
-    inv_low_k : L_k^-1
-    alpha : L_k^-T m, so that mean = K_xz alpha
-    middle : (C, M, M) array W_c = L_k^-T (S_c - I) L_k^-1, so that
-        var_c = k_xx + k_xz W_c k_zx.
-    """
-    inv_low_k = tri_inverse(low_k)
-    alpha = mm(inv_low_k, state.q_mean, trans_a=True)
-    prior_part = gram(inv_low_k, trans=True)
-    middle = np.empty_like(state.q_sqrt)
-    for c in range(state.q_sqrt.shape[0]):
-        middle[c] = gram(mm(state.q_sqrt[c], inv_low_k, trans_a=True), trans=True) - prior_part
-    return inv_low_k, alpha, middle
-
-
 def marginals(kernel, X, state, jitter, need_grad=True):
     """Latent marginals at the rows of X.
-
-    The M x M middle terms are formed once, so a batch costs one O(B M^2) product per
-    covariance (plus the kernel), not the three of the textbook L_k^-1 K_zx form.
 
     Parameters
     ----------
@@ -136,52 +124,56 @@ def marginals(kernel, X, state, jitter, need_grad=True):
         kdiag, back_diag = kernel.diag_vjp(X)
     else:
         kzx, kdiag = kernel(Z, X), kernel.diag(X)
-    inv_low_k, alpha, middle = middle_terms(low_k, state)
-    mean = mm(kzx, alpha, trans_a=True)
-    n_cov = state.q_sqrt.shape[0]
-    var = np.empty((X.shape[0], n_cov), dtype=kzx.dtype)
-    w_kzx = []
-    for c in range(n_cov):
-        wk = mm(middle[c], kzx)
-        var[:, c] = kdiag + np.einsum("ij,ij->j", kzx, wk)
-        w_kzx.append(wk)
-    # Prior and posterior terms cancel almost exactly far from the data; a tiny negative
+    a = solve_triangular(low_k, kzx)
+    mean = mm(a, state.q_mean, trans_a=True)
+    lt_a = [tri_mm(low, a, trans=True) for low in state.q_sqrt]
+    var = column_variances(kdiag, a, lt_a, X.shape[0])
+    # The two sums of squares cancel almost exactly far from the data; a tiny negative
     # result is rounding, not a model property.
     np.maximum(var, 0.0, out=var)
     if not need_grad:
         return mean, var, None
     tape = _Tape()
-    tape.low_k, tape.inv_low_k, tape.kzx, tape.alpha, tape.mean = low_k, inv_low_k, kzx, alpha, mean
-    tape.middle, tape.w_kzx = middle, w_kzx
+    tape.low_k, tape.a, tape.lt_a, tape.mean = low_k, a, lt_a, mean
     tape.back_zz, tape.back_zx, tape.back_diag = back_zz, back_zx, back_diag
     tape.jitter = used
-    tape.h_per_cov = None
-    tape.weighted_inv = None
+    tape.h_key = None
+    tape.whitened_gram = None
     return mean, var, tape
 
 
-def _signed_gram(kzx, h):
-    """K_zx diag(h) K_xz, by one SYRK when h has one sign (always, for log-concave likelihoods)."""
+def _signed_gram(a, h):
+    """A diag(h) A^T, by one SYRK when h has one sign (always, for log-concave likelihoods)."""
     if np.all(h <= 0):
-        return -gram(kzx * np.sqrt(-h))
+        return -gram(a * np.sqrt(-h))
     if np.all(h >= 0):
-        return gram(kzx * np.sqrt(h))
-    return mm(kzx * h, kzx, trans_b=True)
+        return gram(a * np.sqrt(h))
+    return mm(a * h, a, trans_b=True)
 
 
-def _weighted_inv(tape, h):
-    """K_zx diag(h_c) K_xz L_k^-T for each covariance: the one O(B M^2) product of the
-    backward pass, shared with the natural step."""
-    if tape.h_per_cov is None or not np.array_equal(tape.h_per_cov, h):
-        tape.weighted_inv = [
-            mm(_signed_gram(tape.kzx, h[:, c]), tape.inv_low_k, trans_b=True) for c in range(h.shape[1])
-        ]
-        tape.h_per_cov = h.copy()
-    return tape.weighted_inv
+def _whitened_gram(tape, h_sum):
+    """A diag(h_c) A^T per covariance (h summed over the outputs sharing it): the one
+    O(B M^2) product shared by the backward pass and the natural step."""
+    if tape.h_key is None or not np.array_equal(tape.h_key, h_sum):
+        tape.whitened_gram = [_signed_gram(tape.a, h_sum[:, c]) for c in range(h_sum.shape[1])]
+        tape.h_key = h_sum.copy()
+    return tape.whitened_gram
+
+
+def _summed_var_adjoint(d_var, n_cov):
+    return d_var.sum(axis=1, keepdims=True) if n_cov == 1 else d_var
 
 
 def backward(tape, state, d_mean, d_var):
     """Gradient of an objective F(mean, var) in the kernel hyperparameters and Z.
+
+    With A = L_k^-1 K_zx, g = d_mean and h = d_var:
+
+        dF/dA        = m g^T + 2 sum_c (S_c - I) A diag(h_c)
+        dF/dK_zx     = L_k^-T dF/dA
+        L_k^T dF/dL_k = -(dF/dA) A^T = -m (A g)^T - 2 sum_c (S_c - I) A diag(h_c) A^T
+
+    and the Cholesky adjoint maps the last one to dF/dK_zz.
 
     Parameters
     ----------
@@ -196,22 +188,21 @@ def backward(tape, state, d_mean, d_var):
     field_bars : dict
         Gradient for each field of ``ADAM_FIELDS``: ``{"inducing": ndarray (M, D)}``.
     """
+    a = tape.a
     n_cov = state.q_sqrt.shape[0]
-    # Outputs sharing a covariance add their variance adjoints.
-    h = d_var.sum(axis=1, keepdims=True) if n_cov == 1 else d_var
-    inv_low = tape.inv_low_k
-    # mean = K_xz alpha; var_c = k_xx + colsum(K_zx * W_c K_zx)
-    kzx_bar = mm(tape.alpha, d_mean, trans_b=True)
+    h = _summed_var_adjoint(d_var, n_cov)
+    a_g = mm(a, d_mean)
+    lt_low_bar = -mm(state.q_mean, a_g, trans_b=True)
+    # dF/dA, accumulated in place over S_0 A (a fresh array) to save M x B temporaries
+    a_bar = a_adjoint_inplace(tri_mm(state.q_sqrt[0], tape.lt_a[0]), a, state.q_mean, d_mean, h[:, 0])
     for c in range(n_cov):
-        kzx_bar += 2.0 * tape.w_kzx[c] * h[:, c]
-    alpha_bar = mm(tape.kzx, d_mean)
-    # alpha = L^-T m  ->  L_bar = -alpha (L^-1 alpha_bar)^T
-    low_bar = -mm(tape.alpha, mm(inv_low, alpha_bar), trans_b=True)
-    # W_c = L^-T (S_c - I) L^-1 with W_bar_c = K_zx diag(h_c) K_xz  ->  L_bar = -2 W_c W_bar_c L^-T
-    weighted_inv = _weighted_inv(tape, h)
-    for c in range(n_cov):
-        low_bar -= 2.0 * mm(tape.middle[c], weighted_inv[c])
-    kzz_bar = cholesky_backward(tape.low_k, np.tril(low_bar))
+        if c > 0:
+            add_scaled_difference_inplace(a_bar, tri_mm(state.q_sqrt[c], tape.lt_a[c]), a, h[:, c])
+        w = _whitened_gram(tape, h)[c]
+        s_minus_i_w = tri_mm(state.q_sqrt[c], tri_mm(state.q_sqrt[c], w, trans=True)) - w
+        lt_low_bar -= 2.0 * s_minus_i_w
+    kzx_bar = solve_triangular(tape.low_k, a_bar, trans=True)
+    kzz_bar = cholesky_backward(tape.low_k, lt_low_bar=lt_low_bar)
     theta_zz, z_zz = tape.back_zz(kzz_bar)
     theta_zx, z_zx = tape.back_zx(kzx_bar)
     theta_d = tape.back_diag(h.sum(axis=1))
@@ -241,7 +232,6 @@ def natural_step(tape, state, d_mean, d_var, step):
         t_new = (1 - step) S^-1 m + step A (g - 2 h * (A^T m))
 
     With a Gaussian likelihood, a full batch and step 1 this is the collapsed optimum.
-    A diag(h) A^T = L_k^-1 (K_zx diag(h) K_xz) L_k^-T reuses the backward pass's product.
 
     Raises
     ------
@@ -251,12 +241,12 @@ def natural_step(tape, state, d_mean, d_var, step):
     """
     n_out = state.q_mean.shape[1]
     n_cov = state.q_sqrt.shape[0]
+    h_sum = _summed_var_adjoint(d_var, n_cov)
     # With a shared covariance the natural gradient of the shared precision averages the
     # outputs' adjoints (the Fisher of the shared block is n_out times one output's).
-    h_sum = d_var.sum(axis=1, keepdims=True) if n_cov == 1 else d_var
-    h = h_sum / n_out if n_cov == 1 else d_var
-    weighted_inv = _weighted_inv(tape, h_sum)
-    inv_low = tape.inv_low_k
+    outputs_per_cov = n_out if n_cov == 1 else 1
+    h = h_sum / outputs_per_cov
+    grams = _whitened_gram(tape, h_sum)
     precisions = state.precisions()
     new_mean = np.empty_like(state.q_mean)
     new_sqrt = np.empty_like(state.q_sqrt)
@@ -264,19 +254,15 @@ def natural_step(tape, state, d_mean, d_var, step):
     outputs_of = covariance_of_output(n_out, n_cov)
     for c in range(n_cov):
         prec_old = precisions[c]
-        scale = 1.0 / n_out if n_cov == 1 else 1.0
-        a_h_at = mm(inv_low, weighted_inv[c])
-        # symmetric in exact arithmetic; make it so in floating point before factorising
-        a_h_at = (0.5 * scale) * (a_h_at + a_h_at.T)
-        prec = (1.0 - step) * prec_old - (2.0 * step) * a_h_at
+        prec = (1.0 - step) * prec_old - (2.0 * step / outputs_per_cov) * grams[c]
         prec.flat[:: prec.shape[0] + 1] += step
         low_new = inverse_cholesky_factor(prec)
         new_prec[c] = prec
         cols = np.flatnonzero(outputs_of == c)
         shift = (1.0 - step) * mm(prec_old, state.q_mean[:, cols])
         target = d_mean[:, cols] - 2.0 * h[:, c : c + 1] * tape.mean[:, cols]
-        shift += step * mm(inv_low, mm(tape.kzx, target))
-        new_mean[:, cols] = mm(low_new, mm(low_new, shift, trans_a=True))
+        shift += step * mm(tape.a, target)
+        new_mean[:, cols] = tri_mm(low_new, tri_mm(low_new, shift, trans=True))
         new_sqrt[c] = low_new
     return CoupledState(state.inducing, new_mean, new_sqrt, new_prec)
 
@@ -315,5 +301,8 @@ class CoupledPredictor:
 def make_predictor(kernel, state, jitter):
     """Freeze the fitted q(v) and hyperparameters into a :class:`CoupledPredictor`."""
     low_k, _, _ = factor_kzz(kernel, state.inducing, jitter, need_grad=False)
-    _, alpha, middle = middle_terms(low_k, state)
+    inv_low = tri_inverse(low_k)
+    alpha = mm(inv_low, state.q_mean, trans_a=True)
+    prior_part = gram(inv_low, trans=True)
+    middle = np.stack([gram(tri_mm(low, inv_low, trans=True), trans=True) - prior_part for low in state.q_sqrt])
     return CoupledPredictor(state.inducing.copy(), alpha, middle)
