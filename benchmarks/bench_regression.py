@@ -126,7 +126,7 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--n-steps", type=int, default=30)
     parser.add_argument("--gpytorch-epochs", type=int, default=50)
-    parser.add_argument("--epochs", type=int, default=15, help="our epochs (max_iter)")
+    parser.add_argument("--epochs", type=int, default=25, help="our epochs (max_iter)")
     args = parser.parse_args()
 
     X, Xt, y, yt = load_diamonds(random_state=0)

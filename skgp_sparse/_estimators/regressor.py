@@ -59,12 +59,12 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         Training stops when the epoch-mean ELBO per row has not improved by more than
         ``tol`` nats for ``n_iter_no_change`` consecutive epochs.
     n_iter_no_change : int, default=5
-    natural_step_size : float in (0, 1], default=0.05
+    natural_step_size : float in (0, 1], default=0.1
         Step size of the natural-gradient update of q(u) once training is under way.
         Under this Gaussian likelihood the step starts at 1 and decays as 1/t to this
         value (a running average of the minibatch optima); with a full batch it stays 1,
         so every step lands on the optimal q(u) for the current hyperparameters.
-    learning_rate : float, default=0.03
+    learning_rate : float, default=0.02
         Adam step size for the log-hyperparameters, the log noise and the inducing inputs.
     learn_inducing : bool, default=True
         Whether Adam moves the inducing inputs.
@@ -149,8 +149,8 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         max_iter=100,
         tol=1e-4,
         n_iter_no_change=5,
-        natural_step_size=0.05,
-        learning_rate=0.03,
+        natural_step_size=0.1,
+        learning_rate=0.02,
         learn_inducing=True,
         inducing_init="kmeans",
         noise_variance=0.1,
@@ -259,6 +259,8 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
 
         self.kernel_ = model.kernel.to_sklearn()
         self.noise_variance_ = model.noise.value
+        # The cached precision is recomputable; dropping it keeps pickles small.
+        model.state.precision = None
         self.variational_state_ = model.state
         self.inducing_points_ = model.state.inducing
         self.jitter_ = model.jitter
