@@ -206,23 +206,26 @@ def solve_triangular(low, b, trans=False):
     ndarray of the shape of ``b``, C-ordered.
     """
     vector = b.ndim == 1
-    if vector:
-        b = b[:, None]
+    x = _triangular_right_side(_trsm_for, low, b[:, None] if vector else b, trans)
+    return x[:, 0] if vector else x
+
+
+def _triangular_right_side(routine_for, low, b, trans):
+    """``op(low)^-1 b`` (TRSM) or ``op(low) b`` (TRMM) without copying C-ordered data.
+
+    ``x = op(L) b`` is ``x^T = b^T op(L)^T``: a right-side operation on b^T, whose F view
+    is the C-ordered b; L's F view is L (F-ordered) or its upper transpose (C-ordered).
+    """
     dtype = np.result_type(low.dtype, b.dtype, np.float32)
     low = low.astype(dtype, copy=False)
-    b = b.astype(dtype, copy=False)
-    # x = op(L)^-1 b  <=>  x^T = b^T op(L)^-T : a right-side solve on b^T, whose
-    # F view is the C-ordered b.
-    bt = np.ascontiguousarray(b).T
+    bt = np.ascontiguousarray(b, dtype=dtype).T
     lf, flag, lower = low, True, True
     if low.flags.c_contiguous and not low.flags.f_contiguous:
         lf, flag, lower = low.T, False, False
-    # op_A must equal op(L)^T; op(L)^T = L^T (trans False) or L (trans True).
-    want_transpose_of_low = not trans
-    trans_flag = flag if want_transpose_of_low else not flag
-    xt = _trsm_for(dtype)(1.0, lf, bt, side=1, lower=lower, trans_a=int(trans_flag))
-    x = xt.T
-    return x[:, 0] if vector else x
+    # op_A must equal op(L)^T: L^T when trans is False, L when it is True.
+    trans_flag = flag if not trans else not flag
+    xt = routine_for(dtype)(1.0, lf, bt, side=1, lower=lower, trans_a=int(trans_flag))
+    return xt.T
 
 
 def _trmm_for(dtype):
@@ -239,17 +242,7 @@ def tri_mm(low, b, trans=False):
     trans : bool
         Multiply by ``low.T`` instead of ``low``.
     """
-    dtype = np.result_type(low.dtype, b.dtype, np.float32)
-    low = low.astype(dtype, copy=False)
-    b = b.astype(dtype, copy=False)
-    # As in solve_triangular: x^T = b^T op(L)^T, a right-side product on the F view of b.
-    bt = np.ascontiguousarray(b).T
-    lf, flag, lower = low, True, True
-    if low.flags.c_contiguous and not low.flags.f_contiguous:
-        lf, flag, lower = low.T, False, False
-    trans_flag = flag if not trans else not flag
-    xt = _trmm_for(dtype)(1.0, lf, bt, side=1, lower=lower, trans_a=int(trans_flag))
-    return xt.T
+    return _triangular_right_side(_trmm_for, low, b, trans)
 
 
 def cho_solve(low, b):

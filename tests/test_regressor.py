@@ -257,3 +257,9 @@ def test_n_inducing_above_n_samples_is_clipped_with_a_warning():
 def test_wrong_length_scale_length_is_named():
     with pytest.raises(ValueError, match="length_scale"):
         SparseGPRegressor(kernel=RBF([1.0, 1.0, 1.0]), max_iter=1).fit(*toy(30))
+
+
+def test_an_elbo_that_turns_non_finite_stops_with_advice():
+    X, y = toy(50)
+    with pytest.raises(FloatingPointError, match="standardising"):
+        SparseGPRegressor(normalize_y=False, noise_variance_bounds="fixed", max_iter=2).fit(X, y * 1e300)

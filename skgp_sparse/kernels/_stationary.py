@@ -35,6 +35,17 @@ def _row_sq(x):
     return np.einsum("ij,ij->i", x, x)
 
 
+
+def _weigh(K_bar, fp, dtype):
+    """W = K_bar * f'(r2) with its row and column sums: what every derivative of a
+    squared-distance kernel is built from."""
+    K_bar = np.ascontiguousarray(K_bar, dtype=dtype)
+    W = np.empty_like(K_bar)
+    rs = np.empty(W.shape[0], dtype=W.dtype)
+    cs = np.empty(W.shape[1], dtype=W.dtype)
+    P.weigh_cross(K_bar, fp, W, rs, cs)
+    return K_bar, W, rs, cs
+
 class Stationary(Leaf):
     """``k(a, b) = f(|a - b|^2 / l^2)`` for one of the numba profiles of :mod:`._profiles`.
 
@@ -116,11 +127,7 @@ class Stationary(Leaf):
         p0, p1 = self.p0, self.p1  # back differentiates the kernel that made K
 
         def back(K_bar, theta_bar):
-            K_bar = np.ascontiguousarray(K_bar, dtype=K.dtype)
-            W = np.empty_like(K_bar)
-            rs = np.empty(W.shape[0], dtype=W.dtype)
-            cs = np.empty(W.shape[1], dtype=W.dtype)
-            P.weigh_cross(K_bar, fp, W, rs, cs)
+            K_bar, W, rs, cs = _weigh(K_bar, fp, K.dtype)
             self._profile_params_back(theta_bar, K_bar, r2, fp, p0, p1)
             return self._finish_cross(theta_bar, W, rs, cs, As, Bs, inv_l)
 
@@ -145,11 +152,7 @@ class Stationary(Leaf):
         p0, p1 = self.p0, self.p1  # back differentiates the kernel that made K
 
         def back(K_bar, theta_bar):
-            K_bar = np.ascontiguousarray(K_bar, dtype=K.dtype)
-            W = np.empty_like(K_bar)
-            rs = np.empty(W.shape[0], dtype=W.dtype)
-            cs = np.empty(W.shape[1], dtype=W.dtype)
-            P.weigh_cross(K_bar, fp, W, rs, cs)
+            K_bar, W, rs, cs = _weigh(K_bar, fp, K.dtype)
             self._profile_params_back(theta_bar, K_bar, r2, fp, p0, p1)
             return self._finish_gram(theta_bar, W, rs, cs, As, inv_l)
 
