@@ -25,45 +25,6 @@ class BatchResult:
     d_var: np.ndarray
 
 
-class NoiseParameter:
-    """Where the Gaussian noise variance lives: its own log-parameter, or WhiteKernel terms.
-
-    Parameters
-    ----------
-    kernel : compiled kernel
-    value : float
-        Initial noise variance when there is no WhiteKernel summand.
-    log_bounds : (float, float) or None
-        Bounds of the log noise variance; None keeps it fixed.
-    """
-
-    def __init__(self, kernel, value, log_bounds):
-        self.kernel = kernel
-        self.from_kernel = kernel.white_noise_level > 0 or len(kernel.white_noise_theta_index) > 0
-        self.log_value = float(np.log(value))
-        self.log_bounds = None if self.from_kernel else log_bounds
-
-    @property
-    def value(self):
-        if self.from_kernel:
-            return float(self.kernel.white_noise_level)
-        return float(np.exp(self.log_value))
-
-    @property
-    def learned(self):
-        return self.log_bounds is not None
-
-    def scatter_gradient(self, d_log_noise, theta_grad):
-        """Send d ELBO / d log(noise) to the parameter that carries the noise."""
-        if not self.from_kernel:
-            return d_log_noise
-        theta = self.kernel.theta
-        total = self.value
-        for idx in self.kernel.white_noise_theta_index:
-            theta_grad[idx] += d_log_noise * np.exp(theta[idx]) / total
-        return None
-
-
 class VariationalModel:
     """A sparse variational GP with its parameters, evaluated minibatch by minibatch.
 
@@ -116,6 +77,12 @@ class VariationalModel:
         for field in self.learn_fields:
             setattr(self.state, field, params[field])
         self._sync_noise()
+
+    def set_noise_variance(self, value):
+        """Set the Gaussian noise variance (a no-op when a WhiteKernel carries it)."""
+        if self.noise is not None and not self.noise.from_kernel:
+            self.noise.log_value = float(np.log(value))
+            self._sync_noise()
 
     def _sync_noise(self):
         if self.noise is not None:

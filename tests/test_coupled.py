@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from skgp_sparse.bases import coupled
-from skgp_sparse.elbo import NoiseParameter, VariationalModel
-from skgp_sparse.likelihoods import GaussianLikelihood
+from skgp_sparse.elbo import VariationalModel
+from skgp_sparse.likelihoods import GaussianLikelihood, NoiseParameter
 
 from ._reference_kernel import ReferenceRBF
 
@@ -143,3 +143,39 @@ def test_kl_is_zero_at_the_prior_and_positive_elsewhere():
     assert coupled.kl_divergence(model.state) == pytest.approx(0.0, abs=1e-12)
     model, _, _ = make_problem(random_q=True)
     assert coupled.kl_divergence(model.state) > 0
+
+
+@pytest.mark.parametrize("white", [False, True])
+def test_gradients_through_compiled_sklearn_kernels(white):
+    """The whole chain (sklearn kernel -> compiled kernel -> basis -> ELBO) by finite differences,
+    including a WhiteKernel summand that carries the noise."""
+    from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+
+    from skgp_sparse.kernels import compile_kernel
+
+    rng = np.random.default_rng(7)
+    X = rng.uniform(-2, 2, size=(30, 2))
+    Y = np.cos(X[:, :1] * 2) + 0.1 * rng.standard_normal((30, 1))
+    sk = ConstantKernel(1.2) * Matern([0.7, 1.1], nu=2.5)
+    if white:
+        sk = sk + WhiteKernel(0.3)
+    kernel = compile_kernel(sk, white_as_noise=True)
+    state = coupled.init_state(rng.uniform(-2, 2, size=(6, 2)), n_outputs=1, n_covariances=1)
+    state.q_mean = rng.standard_normal((6, 1))
+    noise = NoiseParameter(kernel, 0.2, (np.log(1e-6), np.log(1e3)))
+    model = VariationalModel(coupled, kernel, GaussianLikelihood(0.2), state, 30, noise=noise,
+                             learn_fields=("inducing",))
+    assert ("log_noise" in model.adam_params()) is not white
+    grads = model.evaluate(X, Y).grads
+    params = model.adam_params()
+    eps = 1e-6
+    for name, value in params.items():
+        fd = np.zeros_like(value)
+        for idx in np.ndindex(value.shape):
+            for sign in (1, -1):
+                shifted = {k: np.array(v, dtype=float) for k, v in params.items()}
+                shifted[name][idx] += sign * eps
+                model.set_adam_params(shifted)
+                fd[idx] += sign * model.evaluate(X, Y, need_grad=False).elbo / (2 * eps)
+        model.set_adam_params(params)
+        np.testing.assert_allclose(grads[name], fd, rtol=1e-5, atol=1e-6, err_msg=name)

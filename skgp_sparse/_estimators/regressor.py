@@ -8,9 +8,9 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..bases import BASES
-from ..elbo import NoiseParameter, VariationalModel
+from ..elbo import VariationalModel
 from ..kernels import compile_kernel
-from ..likelihoods import GaussianLikelihood
+from ..likelihoods import GaussianLikelihood, NoiseParameter
 from ._common import (
     COMMON_CONSTRAINTS,
     check_basis_options,
@@ -210,6 +210,14 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
             self._y_train_std = np.ones(y2.shape[1])
         return (y2 - self._y_train_mean) / self._y_train_std
 
+    def _fitted_model(self, n_data):
+        """The fitted parameters as a :class:`VariationalModel` over ``n_data`` rows."""
+        kernel = compile_kernel(self.kernel_, white_as_noise=True)
+        model = self._build_model(kernel, self.variational_state_.copy(), n_data)
+        model.set_noise_variance(self.noise_variance_)
+        model.jitter = self.jitter_
+        return model
+
     def _build_model(self, kernel, state, n_data):
         noise = NoiseParameter(kernel, self.noise_variance, self._log_noise_bounds())
         likelihood = GaussianLikelihood(noise.value)
@@ -237,23 +245,17 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64)
         Y = self._normalise_targets(y)
         rng = generator_from(self.random_state)
-        basis = BASES[self.basis]
         warm = self.warm_start and hasattr(self, "variational_state_")
         if warm:
-            kernel = compile_kernel(self.kernel_, white_as_noise=True)
-            state = self.variational_state_.copy()
-            if state.q_mean.shape[1] != Y.shape[1]:
+            if self.variational_state_.q_mean.shape[1] != Y.shape[1]:
                 raise ValueError("warm_start needs the same number of targets as the previous fit")
+            model = self._fitted_model(X.shape[0])
         else:
             kernel = resolve_kernel(self.kernel, X.shape[1])
             Z = initial_inducing_points(self, X, kernel, rng)
             # Gaussian noise is shared by the outputs, so they share one covariance.
-            state = basis.init_state(Z, n_outputs=Y.shape[1], n_covariances=1)
-        model = self._build_model(kernel, state, X.shape[0])
-        if warm:
-            model.noise.log_value = np.log(self.noise_variance_)
-            model.jitter = self.jitter_
-            model.set_adam_params(model.adam_params())
+            state = BASES[self.basis].init_state(Z, n_outputs=Y.shape[1], n_covariances=1)
+            model = self._build_model(kernel, state, X.shape[0])
         steps_done = self.n_steps_ if warm else 0
         history, schedule = run_training(self, model, X, Y, rng, conjugate=True, steps_done=steps_done)
 
@@ -326,7 +328,8 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         """
         if return_std and return_cov:
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
-        scale = self._y_train_std if hasattr(self, "_y_train_std") else None
+        check_is_fitted(self)
+        scale = self._y_train_std
         if return_cov:
             mean, cov = self._latent(X, full_cov=True)
             n = mean.shape[0]
@@ -387,9 +390,4 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         Y = ((y.reshape(-1, 1) if y.ndim == 1 else y) - self._y_train_mean) / self._y_train_std
         if Y.shape[0] != X.shape[0]:
             raise ValueError(f"X has {X.shape[0]} rows but y has {Y.shape[0]}")
-        kernel = compile_kernel(self.kernel_, white_as_noise=True)
-        model = self._build_model(kernel, self.variational_state_, X.shape[0])
-        model.noise.log_value = np.log(self.noise_variance_)
-        model.jitter = self.jitter_
-        model.set_adam_params(model.adam_params())
-        return model.elbo(X, Y)
+        return self._fitted_model(X.shape[0]).elbo(X, Y)

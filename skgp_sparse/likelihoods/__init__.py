@@ -1,5 +1,5 @@
 """Likelihoods: expected log-likelihood of the latent marginals and its derivatives."""
 
-from .gaussian import GaussianLikelihood
+from .gaussian import GaussianLikelihood, NoiseParameter
 
-__all__ = ["GaussianLikelihood"]
+__all__ = ["GaussianLikelihood", "NoiseParameter"]
