@@ -53,6 +53,22 @@ def _gemm_for(dtype):
     return blas.sgemm if dtype == np.float32 else blas.dgemm
 
 
+#: Products with at most this many columns go through GEMV, column by column: OpenBLAS's
+#: GEMM with one or two columns is several times slower than its GEMV.
+_GEMV_MAX_COLUMNS = 2
+
+
+def _few_columns(a, b, trans_a, trans_b, dtype):
+    """op(a) @ op(b) for an op(b) with few columns, by one GEMV per column."""
+    gemv = blas.sgemv if dtype == np.float32 else blas.dgemv
+    af, flag_a = _fortran_operand(a, trans_a)
+    cols = b.T if trans_b else b
+    out = np.empty((af.shape[1] if flag_a else af.shape[0], cols.shape[1]), dtype=dtype)
+    for j in range(cols.shape[1]):
+        out[:, j] = gemv(1.0, af, np.ascontiguousarray(cols[:, j]), trans=int(flag_a))
+    return out
+
+
 def mm(a, b, trans_a=False, trans_b=False):
     """Matrix product ``op(a) @ op(b)`` through scipy's BLAS, without copies.
 
@@ -79,12 +95,16 @@ def mm(a, b, trans_a=False, trans_b=False):
     dtype = np.result_type(a.dtype, b.dtype, np.float32)
     a = a.astype(dtype, copy=False)
     b = b.astype(dtype, copy=False)
-    # C = op(a) op(b) is computed as C^T = op(b)^T op(a)^T, whose F-ordered result is
-    # a C-ordered C once transposed back.
-    bt, flag_b = _fortran_operand(b, not trans_b)
-    at, flag_a = _fortran_operand(a, not trans_a)
-    ct = _gemm_for(dtype)(1.0, bt, at, trans_a=flag_b, trans_b=flag_a)
-    c = ct.T
+    n_cols = b.shape[0] if trans_b else b.shape[1]
+    if n_cols <= _GEMV_MAX_COLUMNS:
+        c = _few_columns(a, b, trans_a, trans_b, dtype)
+    else:
+        # C = op(a) op(b) is computed as C^T = op(b)^T op(a)^T, whose F-ordered result
+        # is a C-ordered C once transposed back.
+        bt, flag_b = _fortran_operand(b, not trans_b)
+        at, flag_a = _fortran_operand(a, not trans_a)
+        ct = _gemm_for(dtype)(1.0, bt, at, trans_a=flag_b, trans_b=flag_a)
+        c = ct.T
     if squeeze:
         c = c.reshape([s for i, s in enumerate(c.shape) if i not in squeeze])
     return c

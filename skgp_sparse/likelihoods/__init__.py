@@ -1,5 +1,13 @@
 """Likelihoods: expected log-likelihood of the latent marginals and its derivatives."""
 
+from .bernoulli import BernoulliLikelihood
 from .gaussian import GaussianLikelihood, NoiseParameter
+from .multiclass import RobustMaxLikelihood, SoftmaxLikelihood
 
-__all__ = ["GaussianLikelihood", "NoiseParameter"]
+__all__ = [
+    "BernoulliLikelihood",
+    "GaussianLikelihood",
+    "NoiseParameter",
+    "RobustMaxLikelihood",
+    "SoftmaxLikelihood",
+]
