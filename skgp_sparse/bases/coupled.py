@@ -10,9 +10,9 @@ With A = L_k^-1 K_zx (M x B) the latent marginals at the rows x are
     mean_p = A^T m_p,    var_c = k_xx - colsum(A * A) + colsum((L_c^T A)^2),
 
 and the KL to the prior N(0, I) needs no kernel matrix at all. A training step costs
-five O(B M^2) triangular products (half a GEMM each) and a few O(M^3) ones; the fitted
-predictor folds the M x M terms together (alpha = L_k^-T m, W_c = L_k^-T (S_c - I) L_k^-1)
-so that a test row costs one product. Every formula of the
+four O(B M^2) triangular products and one SYRK (each half a GEMM) plus a few O(M^3)
+products; the fitted predictor folds the M x M terms together (alpha = L_k^-T m,
+W_c = L_k^-T (S_c - I) L_k^-1) so that a test row costs one product. Every formula of the
 backward pass below is checked against finite differences in tests/test_coupled.py.
 """
 
@@ -144,6 +144,9 @@ def marginals(kernel, X, state, jitter, need_grad=True):
 
 def _signed_gram(a, h):
     """A diag(h) A^T, by one SYRK when h has one sign (always, for log-concave likelihoods)."""
+    if h[0] == h.min() == h.max():
+        # Gaussian noise: the same weight on every row.
+        return h[0] * gram(a)
     if np.all(h <= 0):
         return -gram(a * np.sqrt(-h))
     if np.all(h >= 0):
