@@ -1,6 +1,6 @@
 """Sparse variational Gaussian processes as scikit-learn estimators."""
 
-from ._estimators import SparseGPRegressor
+from ._estimators import SparseGPClassifier, SparseGPRegressor
 
 __version__ = "0.1.0"
-__all__ = ["SparseGPRegressor", "__version__"]
+__all__ = ["SparseGPClassifier", "SparseGPRegressor", "__version__"]

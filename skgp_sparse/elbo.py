@@ -96,9 +96,12 @@ class VariationalModel:
             self.jitter = max(self.jitter, tape.jitter)
         return mean, var, tape
 
-    def _per_output_var(self, var, n_outputs):
-        # Outputs sharing one covariance (C = 1) broadcast its variance.
-        return var if var.shape[1] == n_outputs else np.broadcast_to(var, (var.shape[0], n_outputs))
+    @staticmethod
+    def _per_latent_var(mean, var):
+        # One variance column per latent function (the mean's columns): latents sharing one
+        # covariance (C = 1) broadcast it. The number of latents is not that of the target
+        # columns: a K-class label is one column for K latents.
+        return var if var.shape[1] == mean.shape[1] else np.broadcast_to(var, mean.shape)
 
     def evaluate(self, X, Y, need_grad=True):
         """ELBO estimate from the rows (X, Y) of the training set, and its gradients.
@@ -106,7 +109,9 @@ class VariationalModel:
         Parameters
         ----------
         X : ndarray of shape (B, D)
-        Y : ndarray of shape (B, P)
+        Y : ndarray of shape (B, T)
+            Targets as the likelihood takes them: T = P columns for P Gaussian outputs, one
+            column of class indices for K latent functions.
         need_grad : bool
 
         Returns
@@ -115,7 +120,7 @@ class VariationalModel:
         """
         scale = self.n_data / X.shape[0]
         mean, var, tape = self._marginals(X, need_grad)
-        var = self._per_output_var(var, Y.shape[1])
+        var = self._per_latent_var(mean, var)
         ell, d_mean, d_var = self.likelihood.expected_log_lik(Y, mean, var)
         elbo = scale * float(ell.sum()) - self.basis.kl_divergence(self.state)
         if not need_grad:
@@ -143,7 +148,7 @@ class VariationalModel:
         for start in range(0, X.shape[0], chunk_size):
             xb, yb = X[start : start + chunk_size], Y[start : start + chunk_size]
             mean, var, _ = self._marginals(xb, need_grad=False)
-            var = self._per_output_var(var, yb.shape[1])
+            var = self._per_latent_var(mean, var)
             total += float(self.likelihood.expected_log_lik(yb, mean, var)[0].sum())
         return total
 

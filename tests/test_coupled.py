@@ -179,3 +179,20 @@ def test_gradients_through_compiled_sklearn_kernels(white):
                 fd[idx] += sign * model.evaluate(X, Y, need_grad=False).elbo / (2 * eps)
         model.set_adam_params(params)
         np.testing.assert_allclose(grads[name], fd, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_gradient_includes_the_relative_jitter():
+    """A large jitter makes its dependence on the kernel amplitude visible to finite differences."""
+    model, X, Y = make_problem(seed=3)
+    model.jitter = 1e-2
+    grads = model.evaluate(X, Y).grads["theta"]
+    params = model.adam_params()
+    eps = 1e-6
+    fd = []
+    for sign in (1, -1):
+        shifted = {k: np.array(v, dtype=float) for k, v in params.items()}
+        shifted["theta"][0] += sign * eps
+        model.set_adam_params(shifted)
+        fd.append(model.evaluate(X, Y, need_grad=False).elbo)
+    model.set_adam_params(params)
+    assert np.isclose(grads[0], (fd[0] - fd[1]) / (2 * eps), rtol=1e-6)

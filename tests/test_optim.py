@@ -63,3 +63,23 @@ def test_a_step_that_always_fails_raises_a_clear_error():
 
     with pytest.raises(CholeskyError, match="natural_step_size"):
         schedule.apply(broken)
+
+
+def test_a_falling_elbo_halves_later_steps_for_good():
+    schedule = NaturalStepSchedule(0.2, conjugate=False, full_batch=False, warmup_steps=1, elbo_drop_tol=0.01)
+    assert not schedule.end_epoch(-0.50)  # nothing to compare with yet
+    assert not schedule.end_epoch(-0.40)  # rose
+    assert not schedule.end_epoch(-0.405)  # fell, but within the tolerance
+    assert schedule.current() == pytest.approx(0.2)
+    assert schedule.end_epoch(-0.45)  # fell by more than the tolerance
+    assert schedule.n_backoffs == 1 and schedule.current() == pytest.approx(0.1)
+    # successful steps do not undo it (unlike a Cholesky back-off)
+    for _ in range(50):
+        schedule.apply(lambda s: s)
+    assert schedule.current() == pytest.approx(0.1)
+
+
+def test_the_elbo_back_off_is_off_by_default():
+    schedule = NaturalStepSchedule(0.2, conjugate=True, full_batch=True)
+    schedule.end_epoch(0.0)
+    assert not schedule.end_epoch(-100.0) and schedule.n_backoffs == 0

@@ -2,7 +2,7 @@
 
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from skgp_sparse import SparseGPRegressor
+from skgp_sparse import SparseGPClassifier, SparseGPRegressor
 
 #: Checks the estimators are known to fail, with the reason.
 EXPECTED_FAILURES = {}
@@ -13,7 +13,10 @@ def expected_failures(estimator):
 
 
 @parametrize_with_checks(
-    [SparseGPRegressor(n_inducing=20, max_iter=50, random_state=0)],
+    [
+        SparseGPRegressor(n_inducing=20, max_iter=50, random_state=0),
+        SparseGPClassifier(n_inducing=10, max_iter=30, random_state=0),
+    ],
     expected_failed_checks=expected_failures,
 )
 def test_sklearn_compatible(estimator, check):

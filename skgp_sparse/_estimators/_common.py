@@ -38,7 +38,13 @@ COMMON_CONSTRAINTS = {
     "random_state": ["random_state"],
     "verbose": ["verbose"],
     "warm_start": ["boolean"],
+    "jitter": [Interval(Real, 0, None, closed="left")],
 }
+
+#: Falling-ELBO back-off of non-conjugate fits: an epoch whose mean ELBO per row is this
+#: many nats below the previous epoch's halves the natural steps for the rest of the fit.
+#: Epoch means cover every row once, so they move by far less than this from noise alone.
+ELBO_DROP_TOL = 1e-2
 
 
 def check_basis_options(basis, n_orthogonal, backend):
@@ -113,11 +119,17 @@ def run_training(estimator, model, X, Y, rng, conjugate, steps_done=0):
     """Minibatch natural-gradient training of ``model`` with the estimator's settings.
 
     ``steps_done`` (a warm start) lets the natural-step schedule continue where it was
-    rather than restart with large steps that would forget the fitted q(u).
+    rather than restart with large steps that would forget the fitted q(u). Without a
+    conjugate likelihood the schedule warms up and also backs off on a falling ELBO.
     """
     n = X.shape[0]
     batch = n if estimator.batch_size is None else min(estimator.batch_size, n)
-    schedule = NaturalStepSchedule(estimator.natural_step_size, conjugate=conjugate, full_batch=batch >= n)
+    schedule = NaturalStepSchedule(
+        estimator.natural_step_size,
+        conjugate=conjugate,
+        full_batch=batch >= n,
+        elbo_drop_tol=None if conjugate else ELBO_DROP_TOL,
+    )
     schedule.t = steps_done
     adam = Adam(learning_rate=estimator.learning_rate)
     history = train(
@@ -146,3 +158,27 @@ def run_training(estimator, model, X, Y, rng, conjugate, steps_done=0):
 def chunked(n_rows, size=PREDICT_CHUNK):
     for start in range(0, n_rows, size):
         yield slice(start, min(start + size, n_rows))
+
+
+def record_fit(estimator, model, history, schedule, steps_done):
+    """Set the fitted attributes that every estimator shares from a trained model."""
+    estimator.kernel_ = model.kernel.to_sklearn()
+    # The cached precision is recomputable; dropping it keeps pickles small.
+    model.state.precision = None
+    estimator.variational_state_ = model.state
+    estimator.inducing_points_ = model.state.inducing
+    estimator.jitter_ = model.jitter
+    estimator.n_iter_ = history.n_epochs
+    estimator.n_steps_ = steps_done + history.n_steps
+    estimator.loss_curve_ = history.elbo
+    estimator.converged_ = history.converged
+    estimator.n_natural_backoffs_ = schedule.n_backoffs
+    estimator.predictor_ = model.predictor()
+
+
+def latent_in_chunks(predictor, kernel, X):
+    """Latent mean (n, P) and variance (n, C) of a fitted predictor, PREDICT_CHUNK rows at a time."""
+    parts = [predictor.latent(kernel, X[rows]) for rows in chunked(X.shape[0])]
+    if not parts:
+        raise ValueError("X has no rows")
+    return np.vstack([p[0] for p in parts]), np.vstack([p[1] for p in parts])

@@ -14,9 +14,10 @@ from ..likelihoods import GaussianLikelihood, NoiseParameter
 from ._common import (
     COMMON_CONSTRAINTS,
     check_basis_options,
-    chunked,
     generator_from,
     initial_inducing_points,
+    latent_in_chunks,
+    record_fit,
     resolve_kernel,
     run_training,
 )
@@ -135,7 +136,6 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         "noise_variance": [Interval(Real, 0, None, closed="neither")],
         "noise_variance_bounds": [StrOptions({"fixed"}), tuple, list],
         "normalize_y": ["boolean"],
-        "jitter": [Interval(Real, 0, None, closed="left")],
     }
 
     def __init__(
@@ -259,19 +259,8 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         steps_done = self.n_steps_ if warm else 0
         history, schedule = run_training(self, model, X, Y, rng, conjugate=True, steps_done=steps_done)
 
-        self.kernel_ = model.kernel.to_sklearn()
         self.noise_variance_ = model.noise.value
-        # The cached precision is recomputable; dropping it keeps pickles small.
-        model.state.precision = None
-        self.variational_state_ = model.state
-        self.inducing_points_ = model.state.inducing
-        self.jitter_ = model.jitter
-        self.n_iter_ = history.n_epochs
-        self.n_steps_ = steps_done + history.n_steps
-        self.loss_curve_ = history.elbo
-        self.converged_ = history.converged
-        self.n_natural_backoffs_ = schedule.n_backoffs
-        self.predictor_ = model.predictor()
+        record_fit(self, model, history, schedule, steps_done)
         return self
 
     # --- prediction -----------------------------------------------------------------
@@ -282,10 +271,7 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         kernel = compile_kernel(self.kernel_, white_as_noise=True)
         if full_cov:
             return self.predictor_.latent(kernel, X, full_cov=True)
-        parts = [self.predictor_.latent(kernel, X[rows]) for rows in chunked(X.shape[0])]
-        if not parts:
-            raise ValueError("X has no rows")
-        return np.vstack([p[0] for p in parts]), np.vstack([p[1] for p in parts])
+        return latent_in_chunks(self.predictor_, kernel, X)
 
     def _to_output_shape(self, a):
         """(n, P) -> (n,) for a single target, as GaussianProcessRegressor does."""

@@ -206,6 +206,9 @@ def backward(tape, state, d_mean, d_var):
         lt_low_bar -= 2.0 * s_minus_i_w
     kzx_bar = solve_triangular(tape.low_k, a_bar, trans=True)
     kzz_bar = cholesky_backward(tape.low_k, lt_low_bar=lt_low_bar)
+    # The factorised matrix is K_zz + jitter * mean(diag K_zz) * I: the jitter moves with
+    # the diagonal, which puts jitter * trace(K_bar) / M back on it.
+    kzz_bar.flat[:: kzz_bar.shape[0] + 1] += tape.jitter * np.trace(kzz_bar) / kzz_bar.shape[0]
     theta_zz, z_zz = tape.back_zz(kzz_bar)
     theta_zx, z_zx = tape.back_zx(kzx_bar)
     theta_d = tape.back_diag(h.sum(axis=1))

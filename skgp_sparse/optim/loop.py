@@ -80,6 +80,7 @@ def train(model, X, Y, *, batch_size, max_iter, tol, n_iter_no_change, schedule,
                 f"elapsed {time.perf_counter() - start:8.2f} s"
             )
         per_row = epoch_elbo / n
+        schedule.end_epoch(per_row)
         if per_row > best + tol:
             stale = 0
         else:

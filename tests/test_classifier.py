@@ -1,0 +1,246 @@
+"""SparseGPClassifier: probabilities, labels, errors, persistence, and the multi-latent maths."""
+
+import io
+import pickle
+
+import joblib
+import numpy as np
+import pytest
+from scipy.special import ndtr
+from sklearn.base import clone
+from sklearn.datasets import make_blobs, make_moons
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from skgp_sparse import SparseGPClassifier
+from skgp_sparse.bases import coupled
+from skgp_sparse.elbo import VariationalModel
+from skgp_sparse.likelihoods import BernoulliLikelihood, RobustMaxLikelihood, SoftmaxLikelihood
+
+from ._reference_kernel import ReferenceRBF
+
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+
+
+def moons(n=300, seed=0):
+    return make_moons(n, noise=0.2, random_state=seed)
+
+
+def blobs(n=400, k=4, seed=0):
+    X, y = make_blobs(n, centers=k, cluster_std=0.8, random_state=seed)
+    return StandardScaler().fit_transform(X), y
+
+
+def small(**params):
+    return SparseGPClassifier(**{"n_inducing": 20, "batch_size": 128, "max_iter": 30, "random_state": 0, **params})
+
+
+# --- predictions ------------------------------------------------------------------
+def test_binary_probit_probability_is_the_closed_form():
+    X, y = moons()
+    clf = small().fit(X, y)
+    mean, var = clf.latent_mean_and_variance(X)
+    assert mean.shape == var.shape == (X.shape[0],) and np.all(var > 0)
+    proba = clf.predict_proba(X)
+    np.testing.assert_allclose(proba[:, 1], ndtr(mean / np.sqrt(1.0 + var)), rtol=1e-12)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    np.testing.assert_allclose(clf.predict_log_proba(X), np.log(proba))
+
+
+@pytest.mark.parametrize("likelihood", ["probit", "logit"])
+def test_binary_accuracy_on_moons(likelihood):
+    X, y = moons(600)
+    clf = small(likelihood=likelihood, max_iter=60).fit(X[:400], y[:400])
+    assert clf.likelihood_ == likelihood
+    assert clf.score(X[400:], y[400:]) > 0.9
+    # the fit improved on the prior by a wide margin
+    assert clf.loss_curve_[-1] > clf.loss_curve_[0] + 50
+
+
+@pytest.mark.parametrize("likelihood", ["robustmax", "softmax"])
+def test_multiclass_predicts_every_class(likelihood):
+    X, y = blobs(500)
+    clf = small(likelihood=likelihood, max_iter=40).fit(X[:400], y[:400])
+    assert clf.variational_state_.q_sqrt.shape[0] == 4  # one covariance per class
+    pred = clf.predict(X[400:])
+    assert set(pred) == {0, 1, 2, 3}
+    assert clf.score(X[400:], y[400:]) > 0.9
+    proba = clf.predict_proba(X[400:])
+    assert proba.shape == (100, 4)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    np.testing.assert_array_equal(pred, clf.classes_[proba.argmax(axis=1)])
+    mean, var = clf.latent_mean_and_variance(X[:5])
+    assert mean.shape == var.shape == (5, 4)
+
+
+def test_auto_likelihood_and_latent_counts():
+    X, y = blobs(300, k=3)
+    assert small(max_iter=2).fit(X, y).likelihood_ == "robustmax"
+    binary = small(max_iter=2).fit(X[y < 2], y[y < 2])
+    assert binary.likelihood_ == "probit" and binary.variational_state_.q_mean.shape[1] == 1
+    # the multi-latent likelihoods also serve two classes, with two latents
+    two = small(max_iter=2, likelihood="softmax").fit(X[y < 2], y[y < 2])
+    assert two.variational_state_.q_mean.shape[1] == 2 and two.predict_proba(X[:3]).shape == (3, 2)
+
+
+def test_string_labels_come_back_as_labels():
+    X, y = blobs(300, k=3)
+    names = np.array(["setosa", "versicolor", "virginica"])[y]
+    clf = small(max_iter=20).fit(X, names)
+    assert list(clf.classes_) == ["setosa", "versicolor", "virginica"]
+    pred = clf.predict(X)
+    assert pred.dtype == names.dtype and np.mean(pred == names) > 0.9
+    assert np.isfinite(clf.elbo(X, names))
+    with pytest.raises(ValueError, match="not seen in fit"):
+        clf.elbo(X[:2], ["setosa", "rose"])
+
+
+def test_one_class_and_continuous_targets_are_refused():
+    X, _ = moons(50)
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        small().fit(X, np.zeros(50))
+    with pytest.raises(ValueError, match="Unknown label type"):
+        small().fit(X, np.linspace(0, 1, 50))
+    X3, y3 = blobs(60, k=3)
+    with pytest.raises(ValueError, match="two classes"):
+        small(likelihood="logit").fit(X3, y3)
+
+
+def test_elbo_of_the_training_data_is_close_to_the_last_epoch():
+    X, y = moons(256)
+    clf = small(batch_size=None, max_iter=20).fit(X, y)
+    elbo = clf.elbo(X, y)
+    assert elbo < 0 and abs(elbo - clf.loss_curve_[-1]) < 0.05 * abs(elbo)
+
+
+# --- estimator plumbing ---------------------------------------------------------------
+def test_pickle_and_joblib_round_trips_predict_identically():
+    X, y = blobs(200, k=3)
+    clf = small(max_iter=3).fit(X, y)
+    again = pickle.loads(pickle.dumps(clf))
+    buf = io.BytesIO()
+    joblib.dump(clf, buf)
+    buf.seek(0)
+    loaded = joblib.load(buf)
+    for other in (again, loaded):
+        np.testing.assert_array_equal(clf.predict_proba(X), other.predict_proba(X))
+
+
+def test_grid_search_over_n_inducing_in_a_pipeline():
+    X, y = moons(300)
+    pipe = make_pipeline(StandardScaler(), small(max_iter=10))
+    grid = GridSearchCV(pipe, {"sparsegpclassifier__n_inducing": [3, 20]}, cv=2).fit(X, y)
+    assert grid.best_params_["sparsegpclassifier__n_inducing"] == 20
+    clone(grid.best_estimator_)
+
+
+def test_same_random_state_same_model():
+    X, y = blobs(200, k=3)
+    a = small(max_iter=5).fit(X, y)
+    b = small(max_iter=5).fit(X, y)
+    np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
+    assert a.loss_curve_ == b.loss_curve_
+
+
+def test_warm_start_continues_and_needs_the_same_classes():
+    X, y = blobs(200, k=3)
+    clf = small(max_iter=3, warm_start=True).fit(X, y)
+    steps = clf.n_steps_
+    clf.fit(X, y)
+    assert clf.n_steps_ == 2 * steps
+    with pytest.raises(ValueError, match="same classes"):
+        clf.fit(X[y < 2], y[y < 2])
+
+
+# --- the maths with one covariance per latent -----------------------------------------
+def multi_latent_problem(likelihood, n=30, m=5, k=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, size=(n, 2))
+    y = rng.integers(0, k, size=(n, 1)).astype(float)
+    state = coupled.init_state(rng.uniform(-2, 2, size=(m, 2)), n_outputs=k, n_covariances=k)
+    state.q_mean = rng.standard_normal((m, k))
+    for c in range(k):
+        low = np.tril(0.2 * rng.standard_normal((m, m)))
+        low[np.diag_indices(m)] = rng.uniform(0.4, 1.0, m)
+        state.q_sqrt[c] = low
+    # The relative jitter (jitter * mean(diag K_zz)) moves with the amplitude but the
+    # backward pass holds it fixed: an O(jitter) gap that would be the whole of the
+    # amplitude gradient under RobustMax, whose ELBO does not depend on the amplitude.
+    model = VariationalModel(coupled, ReferenceRBF(1.1, np.array([0.9, 1.3])), likelihood, state, n,
+                             learn_fields=("inducing",), jitter=1e-12)
+    return model, X, y
+
+
+LIKELIHOODS = {
+    "robustmax": lambda: RobustMaxLikelihood(3, epsilon=0.05),
+    "softmax": lambda: SoftmaxLikelihood(3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LIKELIHOODS))
+def test_gradients_through_a_multiclass_likelihood_match_finite_differences(name):
+    model, X, Y = multi_latent_problem(LIKELIHOODS[name]())
+    grads = model.evaluate(X, Y).grads
+    params = model.adam_params()
+    eps = 1e-6
+    for key, value in params.items():
+        value = np.array(value, dtype=float)
+        fd = np.zeros_like(value)
+        for idx in np.ndindex(value.shape):
+            for sign in (1, -1):
+                shifted = {k: np.array(v, dtype=float) for k, v in params.items()}
+                shifted[key][idx] += sign * eps
+                model.set_adam_params(shifted)
+                fd[idx] += sign * model.evaluate(X, Y, need_grad=False).elbo / (2 * eps)
+        model.set_adam_params(params)
+        np.testing.assert_allclose(grads[key], fd, rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+@pytest.mark.parametrize("name", sorted(LIKELIHOODS))
+def test_natural_step_with_one_covariance_per_latent_is_the_expectation_gradient(name):
+    """eta_k = (m_k, S_k + m_k m_k^T) per latent: the step moves (P_k m_k, -P_k/2) by step * dELBO/deta_k."""
+    model, X, Y = multi_latent_problem(LIKELIHOODS[name](), n=20, m=3)
+    state = model.state.copy()
+    k, m = state.q_mean.shape[1], state.q_mean.shape[0]
+    covs = [low @ low.T for low in state.q_sqrt]
+
+    def elbo_at(c, mean, S):
+        q_mean = state.q_mean.copy()
+        q_mean[:, c] = mean
+        q_sqrt = state.q_sqrt.copy()
+        q_sqrt[c] = np.linalg.cholesky(S)
+        model.state = coupled.CoupledState(state.inducing, q_mean, q_sqrt)
+        return model.evaluate(X, Y, need_grad=False).elbo
+
+    step = 0.3
+    model.state = state.copy()
+    new = model.natural_step(model.evaluate(X, Y), step)
+    eps = 1e-5
+    for c in range(k):
+        mean0, S0 = state.q_mean[:, c], covs[c]
+        g_mean = np.array([(elbo_at(c, mean0 + eps * e, S0) - elbo_at(c, mean0 - eps * e, S0)) / (2 * eps)
+                           for e in np.eye(m)])
+        g_S = np.zeros((m, m))  # symmetric gradient: dELBO = tr(g_S dS)
+        for i in range(m):
+            for j in range(i, m):
+                E = np.zeros((m, m))
+                E[i, j] = E[j, i] = 1.0
+                d = (elbo_at(c, mean0, S0 + eps * E) - elbo_at(c, mean0, S0 - eps * E)) / (2 * eps)
+                g_S[i, j] = g_S[j, i] = d if i == j else d / 2
+        g_eta1 = g_mean - 2 * g_S @ mean0
+        P0 = np.linalg.inv(S0)
+        P1 = np.linalg.inv(new.q_sqrt[c] @ new.q_sqrt[c].T)
+        np.testing.assert_allclose(-0.5 * P1, -0.5 * P0 + step * g_S, rtol=1e-5, atol=1e-6, err_msg=f"latent {c}")
+        np.testing.assert_allclose(P1 @ new.q_mean[:, c], P0 @ mean0 + step * g_eta1, rtol=1e-5, atol=1e-6,
+                                   err_msg=f"latent {c}")
+
+
+def test_bernoulli_model_elbo_broadcasts_one_latent():
+    """One latent, one label column: the path the regressor takes stays as it was."""
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-2, 2, size=(15, 2))
+    Y = (X[:, :1] > 0).astype(float)
+    state = coupled.init_state(X[:4].copy(), n_outputs=1, n_covariances=1)
+    model = VariationalModel(coupled, ReferenceRBF(1.0, np.array([1.0, 1.0])), BernoulliLikelihood(), state, 15)
+    assert np.isclose(model.elbo(X, Y), model.evaluate(X, Y, need_grad=False).elbo)
