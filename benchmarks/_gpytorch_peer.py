@@ -154,7 +154,7 @@ def _build(X, y, Z0, likelihood, mode, seed, init_lengthscale, init_outputscale,
 
 
 def _train(X, y, Z0, likelihood, batch_size, n_epochs, mode, seed, threads,
-           init_lengthscale, init_outputscale, verbose, kernel="rbf"):
+           init_lengthscale, init_outputscale, verbose, kernel="rbf", on_epoch=None):
     with _torch_env(threads):
         t0 = time.perf_counter()
         model, likelihood, step, N = _build(
@@ -162,6 +162,7 @@ def _train(X, y, Z0, likelihood, batch_size, n_epochs, mode, seed, threads,
         )
         gen = torch.Generator().manual_seed(seed)  # shuffling independent of init RNG
         per_epoch = []
+        paused = 0.0  # seconds spent in on_epoch, not counted as training
         for epoch in range(n_epochs):
             perm = torch.randperm(N, generator=gen)
             tot = 0.0
@@ -169,10 +170,18 @@ def _train(X, y, Z0, likelihood, batch_size, n_epochs, mode, seed, threads,
                 idx = perm[start:start + batch_size]
                 tot += step(idx) * idx.numel()  # elbo is per datum: weight by batch size
             per_epoch.append(tot / N)
+            if on_epoch is not None:
+                t_pause = time.perf_counter()
+                model.eval()
+                likelihood.eval()
+                on_epoch(model, likelihood, t_pause - t0 - paused)
+                model.train()
+                likelihood.train()
+                paused += time.perf_counter() - t_pause
             if verbose:
                 print(f"  [{mode}] epoch {epoch + 1}/{n_epochs}  elbo/N {per_epoch[-1]:.4f}  "
                       f"{time.perf_counter() - t0:.1f}s", flush=True)
-        fit_seconds = time.perf_counter() - t0
+        fit_seconds = time.perf_counter() - t0 - paused
     model.eval()
     likelihood.eval()
     return model, likelihood, fit_seconds, per_epoch
@@ -236,18 +245,21 @@ def time_gpytorch_step(X, y, Z0, batch_size, n_steps, mode="adam", n_warmup=3, s
 
 
 def fit_gpytorch_classifier(X, y, Z0, batch_size, n_epochs, mode="adam", seed=0, threads=2,
-                            init_lengthscale=1.0, init_outputscale=1.0, verbose=False):
+                            init_lengthscale=1.0, init_outputscale=1.0, verbose=False,
+                            on_epoch=None):
     """Binary SVGP classifier (``BernoulliLikelihood``, probit link), same recipe as the regressor.
 
     ``y`` may hold any two labels; they are mapped to 0/1 in ``np.unique`` order and
     kept on ``model.classes_``.  Returns ``(model, likelihood, fit_seconds, per_epoch_elbo)``.
+    ``on_epoch(model, likelihood, train_seconds)`` runs after every epoch in eval mode; its
+    own time is not counted.
     """
     classes, y01 = np.unique(np.asarray(y), return_inverse=True)
     if classes.size != 2:
         raise ValueError(f"binary classification needs exactly 2 classes, got {classes.size}")
     model, lik, secs, elbos = _train(
         X, y01.astype(np.float64), Z0, BernoulliLikelihood(), batch_size, n_epochs, mode,
-        seed, threads, init_lengthscale, init_outputscale, verbose,
+        seed, threads, init_lengthscale, init_outputscale, verbose, on_epoch=on_epoch,
     )
     model.classes_ = classes
     return model, lik, secs, elbos

@@ -144,6 +144,8 @@ def run_training(estimator, model, X, Y, rng, conjugate, steps_done=0):
         adam=adam,
         rng=rng,
         verbose=estimator.verbose,
+        # Set by benchmarks only (not a parameter: it would not survive clone).
+        callback=getattr(estimator, "_epoch_callback", None),
     )
     if not history.converged:
         warnings.warn(

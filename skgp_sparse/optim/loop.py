@@ -38,7 +38,10 @@ def _batches(n, batch_size, rng):
         yield np.sort(order[start : start + batch_size])
 
 
-def train(model, X, Y, *, batch_size, max_iter, tol, n_iter_no_change, schedule, adam, rng, verbose=0, history=None):
+def train(
+    model, X, Y, *, batch_size, max_iter, tol, n_iter_no_change, schedule, adam, rng, verbose=0, history=None,
+    callback=None,
+):
     """Fit ``model`` (a :class:`skgp_sparse.elbo.VariationalModel`) in place.
 
     Every step draws a minibatch, evaluates the ELBO estimate and its gradients at the
@@ -47,6 +50,8 @@ def train(model, X, Y, *, batch_size, max_iter, tol, n_iter_no_change, schedule,
 
     Stops after ``max_iter`` epochs, or when the epoch-mean ELBO per training row has not
     improved by more than ``tol`` for ``n_iter_no_change`` consecutive epochs.
+    ``callback(model, history)``, if given, runs after every epoch (benchmarks use it to
+    follow a test metric).
     """
     history = History() if history is None else history
     n = X.shape[0]
@@ -79,6 +84,8 @@ def train(model, X, Y, *, batch_size, max_iter, tol, n_iter_no_change, schedule,
                 f"epoch {history.n_epochs:4d}  ELBO {epoch_elbo: .6e}  "
                 f"elapsed {time.perf_counter() - start:8.2f} s"
             )
+        if callback is not None:
+            callback(model, history)
         per_row = epoch_elbo / n
         schedule.end_epoch(per_row)
         if per_row > best + tol:
