@@ -19,6 +19,7 @@ from skgp_sparse.elbo import VariationalModel
 from skgp_sparse.likelihoods import BernoulliLikelihood, RobustMaxLikelihood, SoftmaxLikelihood
 
 from ._reference_kernel import ReferenceRBF
+from ._gradcheck import assert_adam_gradients_match
 
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 
@@ -181,20 +182,7 @@ LIKELIHOODS = {
 @pytest.mark.parametrize("name", sorted(LIKELIHOODS))
 def test_gradients_through_a_multiclass_likelihood_match_finite_differences(name):
     model, X, Y = multi_latent_problem(LIKELIHOODS[name]())
-    grads = model.evaluate(X, Y).grads
-    params = model.adam_params()
-    eps = 1e-6
-    for key, value in params.items():
-        value = np.array(value, dtype=float)
-        fd = np.zeros_like(value)
-        for idx in np.ndindex(value.shape):
-            for sign in (1, -1):
-                shifted = {k: np.array(v, dtype=float) for k, v in params.items()}
-                shifted[key][idx] += sign * eps
-                model.set_adam_params(shifted)
-                fd[idx] += sign * model.evaluate(X, Y, need_grad=False).elbo / (2 * eps)
-        model.set_adam_params(params)
-        np.testing.assert_allclose(grads[key], fd, rtol=1e-5, atol=1e-6, err_msg=key)
+    assert_adam_gradients_match(model, X, Y)
 
 
 @pytest.mark.parametrize("name", sorted(LIKELIHOODS))

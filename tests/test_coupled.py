@@ -8,6 +8,7 @@ from skgp_sparse.elbo import VariationalModel
 from skgp_sparse.likelihoods import GaussianLikelihood, NoiseParameter
 
 from ._reference_kernel import ReferenceRBF
+from ._gradcheck import assert_adam_gradients_match
 
 
 def make_problem(n=40, m=7, d=2, p=1, seed=0, random_q=True):
@@ -57,20 +58,7 @@ def test_elbo_matches_dense_unwhitened_formula():
 @pytest.mark.parametrize("p", [1, 3])
 def test_gradients_match_finite_differences(p):
     model, X, Y = make_problem(p=p, seed=p)
-    grads = model.evaluate(X, Y).grads
-    params = model.adam_params()
-    eps = 1e-6
-    for name, value in params.items():
-        value = np.array(value, dtype=float)
-        fd = np.zeros_like(value)
-        for idx in np.ndindex(value.shape):
-            for sign in (1, -1):
-                shifted = {k: np.array(v, dtype=float) for k, v in params.items()}
-                shifted[name][idx] += sign * eps
-                model.set_adam_params(shifted)
-                fd[idx] += sign * model.evaluate(X, Y, need_grad=False).elbo / (2 * eps)
-        model.set_adam_params(params)
-        np.testing.assert_allclose(grads[name], fd, rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_adam_gradients_match(model, X, Y)
 
 
 def collapsed_bound(kernel, Z, X, y, s2, jitter):
@@ -166,19 +154,7 @@ def test_gradients_through_compiled_sklearn_kernels(white):
     model = VariationalModel(coupled, kernel, GaussianLikelihood(0.2), state, 30, noise=noise,
                              learn_fields=("inducing",))
     assert ("log_noise" in model.adam_params()) is not white
-    grads = model.evaluate(X, Y).grads
-    params = model.adam_params()
-    eps = 1e-6
-    for name, value in params.items():
-        fd = np.zeros_like(value)
-        for idx in np.ndindex(value.shape):
-            for sign in (1, -1):
-                shifted = {k: np.array(v, dtype=float) for k, v in params.items()}
-                shifted[name][idx] += sign * eps
-                model.set_adam_params(shifted)
-                fd[idx] += sign * model.evaluate(X, Y, need_grad=False).elbo / (2 * eps)
-        model.set_adam_params(params)
-        np.testing.assert_allclose(grads[name], fd, rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_adam_gradients_match(model, X, Y)
 
 
 def test_gradient_includes_the_relative_jitter():

@@ -1,0 +1,19 @@
+"""Finite-difference check of every gradient a VariationalModel hands to Adam."""
+
+import numpy as np
+
+
+def assert_adam_gradients_match(model, X, Y, eps=1e-6, rtol=1e-5, atol=1e-6):
+    """Central differences of ``model.evaluate(X, Y).elbo`` against its reported gradients."""
+    grads = model.evaluate(X, Y).grads
+    params = model.adam_params()
+    for name, value in params.items():
+        fd = np.zeros(np.shape(value))
+        for idx in np.ndindex(fd.shape):
+            for sign in (1, -1):
+                shifted = {k: np.array(v, dtype=float) for k, v in params.items()}
+                shifted[name][idx] += sign * eps
+                model.set_adam_params(shifted)
+                fd[idx] += sign * model.evaluate(X, Y, need_grad=False).elbo / (2 * eps)
+        model.set_adam_params(params)
+        np.testing.assert_allclose(grads[name], fd, rtol=rtol, atol=atol, err_msg=name)
