@@ -165,8 +165,8 @@ def chunked(n_rows, size=PREDICT_CHUNK):
 def record_fit(estimator, model, history, schedule, steps_done):
     """Set the fitted attributes that every estimator shares from a trained model."""
     estimator.kernel_ = model.kernel.to_sklearn()
-    # The cached precision is recomputable; dropping it keeps pickles small.
-    model.state.precision = None
+    # Cached matrices are recomputable; dropping them keeps pickles small.
+    model.state.drop_caches()
     estimator.variational_state_ = model.state
     estimator.inducing_points_ = model.state.inducing
     estimator.jitter_ = model.jitter

@@ -3,7 +3,8 @@
 ``init_state(inducing, n_outputs, n_covariances)``, ``marginals(kernel, X, state, jitter,
 need_grad)``, ``backward(tape, state, d_mean, d_var)``, ``kl_divergence(state)``,
 ``natural_step(tape, state, d_mean, d_var, step)``, ``make_predictor(kernel, state, jitter)``
-and the tuple ``ADAM_FIELDS`` of state fields that Adam moves.
+and the tuple ``ADAM_FIELDS`` of state fields that Adam moves; a state has ``copy()`` and
+``drop_caches()``.
 """
 
 from . import coupled

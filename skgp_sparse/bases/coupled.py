@@ -62,6 +62,10 @@ class CoupledState:
         precision = None if self.precision is None else self.precision.copy()
         return CoupledState(self.inducing.copy(), self.q_mean.copy(), self.q_sqrt.copy(), precision)
 
+    def drop_caches(self):
+        """Forget what can be recomputed (before a fitted model is stored and pickled)."""
+        self.precision = None
+
     def precisions(self):
         """S_c^-1 for every covariance."""
         if self.precision is None:
