@@ -18,7 +18,7 @@ def time_our_step(X, y, Z0, batch_size, n_steps, n_warmup=3, seed=0, **params):
     reg = SparseGPRegressor(inducing_init=Z0, n_inducing=len(Z0), batch_size=batch_size, random_state=seed, **params)
     Y = y.reshape(-1, 1)
     kernel = resolve_kernel(reg.kernel, X.shape[1])
-    state = BASES[reg.basis].init_state(Z0, n_outputs=1, n_covariances=1)
+    state = BASES[reg.basis].init_state(Z0, n_outputs=1, n_covariances=1, n_orthogonal=reg.n_orthogonal)
     model = reg._build_model(kernel, state, X.shape[0])
     schedule = NaturalStepSchedule(reg.natural_step_size, conjugate=True, full_batch=False)
     adam = Adam(reg.learning_rate)

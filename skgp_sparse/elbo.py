@@ -38,20 +38,31 @@ class VariationalModel:
         Number of training rows N (scales the minibatch data term).
     noise : NoiseParameter or None
         The Gaussian noise, for the Gaussian likelihood.
-    learn_fields : tuple of str
-        Fields of ``state`` that Adam moves (subset of ``basis.ADAM_FIELDS``).
+    learn_inducing : bool
+        Whether Adam moves the inducing inputs (``basis.INDUCING_FIELDS``).
     jitter : float
         Relative jitter of the K_zz Cholesky; raised for good when a factorisation fails.
+    natural : bool
+        Move q(u) by natural steps (True) or by Adam with everything else (False).
     """
 
-    def __init__(self, basis, kernel, likelihood, state, n_data, noise=None, learn_fields=(), jitter=1e-6):
+    def __init__(
+        self, basis, kernel, likelihood, state, n_data, noise=None, learn_inducing=True, jitter=1e-6, natural=True
+    ):
+        if not natural and not hasattr(basis, "VARIATIONAL_FIELDS"):
+            raise ValueError(f"the {basis.__name__.rsplit('.', 1)[-1]} basis has no Adam-only mode")
         self.basis = basis
         self.kernel = kernel
         self.likelihood = likelihood
         self.state = state
         self.n_data = n_data
         self.noise = noise
-        self.learn_fields = tuple(learn_fields)
+        self.natural = natural
+        self.learn_fields = (
+            tuple(basis.ADAM_FIELDS)
+            + (tuple(basis.INDUCING_FIELDS) if learn_inducing else ())
+            + (() if natural else tuple(basis.VARIATIONAL_FIELDS))
+        )
         self.jitter = jitter
         self._sync_noise()
 
@@ -76,6 +87,9 @@ class VariationalModel:
             self.noise.log_value = float(params["log_noise"][0])
         for field in self.learn_fields:
             setattr(self.state, field, params[field])
+        if not self.natural:
+            # Caches derived from q(u) (its precision) are stale once Adam has moved it.
+            self.state.drop_caches()
         self._sync_noise()
 
     def set_noise_variance(self, value):
@@ -122,12 +136,12 @@ class VariationalModel:
         mean, var, tape = self._marginals(X, need_grad)
         var = self._per_latent_var(mean, var)
         ell, d_mean, d_var = self.likelihood.expected_log_lik(Y, mean, var)
-        elbo = scale * float(ell.sum()) - self.basis.kl_divergence(self.state)
+        elbo = scale * float(ell.sum()) - self.basis.kl_divergence(self.kernel, self.state, self.jitter, tape)
         if not need_grad:
             return BatchResult(elbo, {}, None, None, None)
         d_mean = scale * d_mean
         d_var = scale * np.asarray(d_var)
-        theta_bar, field_bars = self.basis.backward(tape, self.state, d_mean, d_var)
+        theta_bar, field_bars = self.basis.backward(tape, self.state, d_mean, d_var, self.learn_fields)
         grads = {"theta": theta_bar}
         if self.noise is not None:
             d_log_noise = scale * float(self.likelihood.d_log_noise(Y, mean, var).sum())
@@ -139,7 +153,10 @@ class VariationalModel:
         return BatchResult(elbo, grads, tape, d_mean, d_var)
 
     def natural_step(self, result, step):
-        """Natural-gradient step on the Gaussian blocks from a :class:`BatchResult`."""
+        """Natural-gradient step on the Gaussian blocks from a :class:`BatchResult`
+        (the state unchanged when Adam moves q)."""
+        if not self.natural:
+            return self.state
         return self.basis.natural_step(result.tape, self.state, result.d_mean, result.d_var, step)
 
     def expected_log_lik_sum(self, X, Y, chunk_size=4096):
@@ -154,7 +171,8 @@ class VariationalModel:
 
     def elbo(self, X, Y, chunk_size=4096):
         """The exact ELBO over the rows (X, Y), in nats."""
-        return self.expected_log_lik_sum(X, Y, chunk_size) - self.basis.kl_divergence(self.state)
+        kl = self.basis.kl_divergence(self.kernel, self.state, self.jitter)
+        return self.expected_log_lik_sum(X, Y, chunk_size) - kl
 
     def predictor(self):
         return self.basis.make_predictor(self.kernel, self.state, self.jitter)

@@ -169,7 +169,7 @@ def multi_latent_problem(likelihood, n=30, m=5, k=3, seed=0):
     # backward pass holds it fixed: an O(jitter) gap that would be the whole of the
     # amplitude gradient under RobustMax, whose ELBO does not depend on the amplitude.
     model = VariationalModel(coupled, ReferenceRBF(1.1, np.array([0.9, 1.3])), likelihood, state, n,
-                             learn_fields=("inducing",), jitter=1e-12)
+                             learn_inducing=True, jitter=1e-12)
     return model, X, y
 
 

@@ -94,6 +94,17 @@ def test_fits_a_smooth_function_well():
     assert 0.005 < reg.noise_variance_ * np.var(y) < 0.02
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_adam_only_mode_fits_but_natural_steps_get_further_in_the_same_epochs():
+    X, y = toy(2000)
+    Xt, yt = toy(500, seed=5)
+    settings = dict(n_inducing=30, batch_size=256, max_iter=10, tol=0, random_state=0)
+    natural = SparseGPRegressor(**settings).fit(X, y)
+    adam = SparseGPRegressor(variational_optimizer="adam", learning_rate=0.05, **settings).fit(X, y)
+    assert adam.score(Xt, yt) > 0.9
+    assert natural.elbo(X, y) > adam.elbo(X, y)
+
+
 def test_loss_curve_rises_and_counts_epochs():
     X, y = toy(1000)
     reg = SparseGPRegressor(n_inducing=30, batch_size=200, max_iter=15, tol=0, random_state=0)

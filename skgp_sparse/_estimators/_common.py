@@ -32,6 +32,7 @@ COMMON_CONSTRAINTS = {
     "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
     "natural_step_size": [Interval(Real, 0, 1, closed="right")],
     "learning_rate": [Interval(Real, 0, None, closed="neither")],
+    "variational_optimizer": [StrOptions({"natural", "adam"})],
     "learn_inducing": ["boolean"],
     "inducing_init": [StrOptions(set(INDUCING_METHODS)), "array-like"],
     "backend": [StrOptions({"numpy", "cupy"})],
@@ -94,18 +95,20 @@ def clipped_n_inducing(n_inducing, n_samples):
 
 
 def initial_inducing_points(estimator, X, kernel, rng):
+    """The n_inducing + n_orthogonal initial inducing inputs (the basis splits them)."""
     init = estimator.inducing_init
     if not isinstance(init, str):
         Z = np.asarray(init, dtype=np.float64)
-        if Z.ndim != 2 or Z.shape[1] != X.shape[1]:
+        if Z.ndim != 2 or Z.shape[1] != X.shape[1] or Z.shape[0] <= estimator.n_orthogonal:
             raise ValueError(
-                f"inducing_init as an array must have shape (n_inducing, {X.shape[1]}); got {Z.shape}"
+                f"inducing_init as an array must have shape (n_inducing + n_orthogonal, {X.shape[1]}) "
+                f"with n_inducing >= 1; got {Z.shape} with n_orthogonal={estimator.n_orthogonal}"
             )
         if not np.all(np.isfinite(Z)):
             raise ValueError("inducing_init contains NaN or inf")
         return Z
-    n_inducing = clipped_n_inducing(estimator.n_inducing, X.shape[0])
-    return initial_inducing(X, n_inducing, init, kernel, rng)
+    n_points = clipped_n_inducing(estimator.n_inducing + estimator.n_orthogonal, X.shape[0])
+    return initial_inducing(X, n_points, init, kernel, rng)
 
 
 def generator_from(random_state):
@@ -169,6 +172,9 @@ def record_fit(estimator, model, history, schedule, steps_done):
     model.state.drop_caches()
     estimator.variational_state_ = model.state
     estimator.inducing_points_ = model.state.inducing
+    orthogonal = getattr(model.state, "orthogonal", None)
+    if orthogonal is not None:
+        estimator.orthogonal_points_ = orthogonal
     estimator.jitter_ = model.jitter
     estimator.n_iter_ = history.n_epochs
     estimator.n_steps_ = steps_done + history.n_steps

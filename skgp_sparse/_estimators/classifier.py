@@ -100,9 +100,13 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         all later steps.
     learning_rate : float, default=0.02
         Adam step size for the log-hyperparameters and the inducing inputs.
+    variational_optimizer : {"natural", "adam"}, default="natural"
+        How q(u) is moved: by natural-gradient steps (see ``natural_step_size``), or by
+        Adam at ``learning_rate`` together with the other parameters, as the papers' own
+        training code does (slower to converge; offered for comparison).
     learn_inducing : bool, default=True
         Whether Adam moves the inducing inputs.
-    inducing_init : {"kmeans", "greedy_variance", "random"} or array of shape (M, n_features), default="kmeans"
+    inducing_init : {"kmeans", "greedy_variance", "random"} or array of shape (n_inducing + n_orthogonal, n_features), default="kmeans"
         Initial inducing inputs: k-means centres, greedy maximum-variance rows (a partial
         pivoted Cholesky under the initial kernel), random distinct rows, or given points.
     jitter : float, default=1e-6
@@ -128,7 +132,10 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         The likelihood used (``"auto"`` resolved).
     kernel_ : kernel instance
         Clone of ``kernel`` with the fitted hyperparameters.
-    inducing_points_ : ndarray of shape (M, n_features)
+    inducing_points_ : ndarray of shape (n_inducing, n_features)
+        Fitted inducing inputs of the covariance (and, for the coupled basis, the mean).
+    orthogonal_points_ : ndarray of shape (n_orthogonal, n_features)
+        Fitted inducing inputs of the orthogonal set (bases with ``n_orthogonal``).
     n_iter_ : int
         Number of epochs run.
     n_steps_ : int
@@ -176,6 +183,7 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         n_iter_no_change=5,
         natural_step_size=0.1,
         learning_rate=0.02,
+        variational_optimizer="natural",
         learn_inducing=True,
         inducing_init="kmeans",
         jitter=1e-6,
@@ -195,6 +203,7 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         self.n_iter_no_change = n_iter_no_change
         self.natural_step_size = natural_step_size
         self.learning_rate = learning_rate
+        self.variational_optimizer = variational_optimizer
         self.learn_inducing = learn_inducing
         self.inducing_init = inducing_init
         self.jitter = jitter
@@ -209,8 +218,16 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
 
     def _build_model(self, kernel, state, n_data):
         likelihood = make_likelihood(self.likelihood_, len(self.classes_))
-        learn = BASES[self.basis].ADAM_FIELDS if self.learn_inducing else ()
-        return VariationalModel(BASES[self.basis], kernel, likelihood, state, n_data, learn_fields=learn, jitter=self.jitter)
+        return VariationalModel(
+            BASES[self.basis],
+            kernel,
+            likelihood,
+            state,
+            n_data,
+            learn_inducing=self.learn_inducing,
+            jitter=self.jitter,
+            natural=self.variational_optimizer == "natural",
+        )
 
     def _fitted_model(self, n_data):
         """The fitted parameters as a :class:`VariationalModel` over ``n_data`` rows."""
@@ -269,7 +286,9 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
             # The variance adjoint differs between the latents, so each gets its own
             # covariance (for one latent that is the single covariance).
             n_latents = self._n_latents()
-            state = BASES[self.basis].init_state(Z, n_outputs=n_latents, n_covariances=n_latents)
+            state = BASES[self.basis].init_state(
+                Z, n_outputs=n_latents, n_covariances=n_latents, n_orthogonal=self.n_orthogonal
+            )
             model = self._build_model(kernel, state, X.shape[0])
         steps_done = self.n_steps_ if warm else 0
         history, schedule = run_training(self, model, X, Y, rng, conjugate=False, steps_done=steps_done)

@@ -67,9 +67,13 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         so every step lands on the optimal q(u) for the current hyperparameters.
     learning_rate : float, default=0.02
         Adam step size for the log-hyperparameters, the log noise and the inducing inputs.
+    variational_optimizer : {"natural", "adam"}, default="natural"
+        How q(u) is moved: by natural-gradient steps (see ``natural_step_size``), or by
+        Adam at ``learning_rate`` together with the other parameters, as the papers' own
+        training code does (slower to converge; offered for comparison).
     learn_inducing : bool, default=True
         Whether Adam moves the inducing inputs.
-    inducing_init : {"kmeans", "greedy_variance", "random"} or array of shape (M, n_features), default="kmeans"
+    inducing_init : {"kmeans", "greedy_variance", "random"} or array of shape (n_inducing + n_orthogonal, n_features), default="kmeans"
         Initial inducing inputs: k-means centres, greedy maximum-variance rows (a partial
         pivoted Cholesky under the initial kernel), random distinct rows, or given points.
     noise_variance : float, default=0.1
@@ -99,7 +103,10 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
     ----------
     kernel_ : kernel instance
         Clone of ``kernel`` with the fitted hyperparameters.
-    inducing_points_ : ndarray of shape (M, n_features)
+    inducing_points_ : ndarray of shape (n_inducing, n_features)
+        Fitted inducing inputs of the covariance (and, for the coupled basis, the mean).
+    orthogonal_points_ : ndarray of shape (n_orthogonal, n_features)
+        Fitted inducing inputs of the orthogonal set (bases with ``n_orthogonal``).
     noise_variance_ : float
         Fitted observation-noise variance (normalised scale when ``normalize_y``).
     n_iter_ : int
@@ -151,6 +158,7 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         n_iter_no_change=5,
         natural_step_size=0.1,
         learning_rate=0.02,
+        variational_optimizer="natural",
         learn_inducing=True,
         inducing_init="kmeans",
         noise_variance=0.1,
@@ -172,6 +180,7 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         self.n_iter_no_change = n_iter_no_change
         self.natural_step_size = natural_step_size
         self.learning_rate = learning_rate
+        self.variational_optimizer = variational_optimizer
         self.learn_inducing = learn_inducing
         self.inducing_init = inducing_init
         self.noise_variance = noise_variance
@@ -221,9 +230,11 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
     def _build_model(self, kernel, state, n_data):
         noise = NoiseParameter(kernel, self.noise_variance, self._log_noise_bounds())
         likelihood = GaussianLikelihood(noise.value)
-        learn = BASES[self.basis].ADAM_FIELDS if self.learn_inducing else ()
         return VariationalModel(
-            BASES[self.basis], kernel, likelihood, state, n_data, noise=noise, learn_fields=learn, jitter=self.jitter
+            BASES[self.basis], kernel, likelihood, state, n_data, noise=noise,
+            learn_inducing=self.learn_inducing,
+            jitter=self.jitter,
+            natural=self.variational_optimizer == "natural",
         )
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -254,7 +265,9 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
             kernel = resolve_kernel(self.kernel, X.shape[1])
             Z = initial_inducing_points(self, X, kernel, rng)
             # Gaussian noise is shared by the outputs, so they share one covariance.
-            state = BASES[self.basis].init_state(Z, n_outputs=Y.shape[1], n_covariances=1)
+            state = BASES[self.basis].init_state(
+                Z, n_outputs=Y.shape[1], n_covariances=1, n_orthogonal=self.n_orthogonal
+            )
             model = self._build_model(kernel, state, X.shape[0])
         steps_done = self.n_steps_ if warm else 0
         history, schedule = run_training(self, model, X, Y, rng, conjugate=True, steps_done=steps_done)

@@ -1,10 +1,20 @@
 """Variational families. Each module offers the same small set of functions:
 
-``init_state(inducing, n_outputs, n_covariances)``, ``marginals(kernel, X, state, jitter,
-need_grad)``, ``backward(tape, state, d_mean, d_var)``, ``kl_divergence(state)``,
-``natural_step(tape, state, d_mean, d_var, step)``, ``make_predictor(kernel, state, jitter)``
-and the tuple ``ADAM_FIELDS`` of state fields that Adam moves; a state has ``copy()`` and
-``drop_caches()``.
+- ``init_state(points, n_outputs, n_covariances, n_orthogonal)``: the starting state from
+  ``n_inducing + n_orthogonal`` initial inducing inputs (the basis splits them);
+- ``marginals(kernel, X, state, jitter, need_grad)`` -> ``(mean (B, P), var (B, C), tape)``;
+- ``kl_divergence(kernel, state, jitter, tape=None)``: the KL term (a tape from the same
+  parameters saves recomputing kernel matrices);
+- ``backward(tape, state, d_mean, d_var, fields)`` -> ``(theta_bar, {field: bar})``: the
+  gradient of ``F(mean, var) - KL`` where F's adjoints are d_mean and d_var;
+- ``natural_step(tape, state, d_mean, d_var, step)`` -> new state (for the same objective);
+- ``make_predictor(kernel, state, jitter)`` -> an object with ``latent(kernel, X, full_cov)``;
+
+and three tuples of state fields: ``INDUCING_FIELDS`` (moved by Adam when inducing inputs
+are learned), ``ADAM_FIELDS`` (always moved by Adam) and ``VARIATIONAL_FIELDS`` (moved by
+Adam instead of natural steps with ``variational_optimizer="adam"``). A state has
+``inducing``, ``q_mean`` (M, P), ``copy()`` and ``drop_caches()``, and ``orthogonal`` when
+the basis has a second inducing set.
 """
 
 from . import coupled

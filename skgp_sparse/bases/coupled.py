@@ -33,8 +33,12 @@ from ..linalg import (
 )
 
 
-#: Fields of the state that Adam may move (when inducing inputs are learned).
-ADAM_FIELDS = ("inducing",)
+#: Fields of the state that Adam moves when the inducing inputs are learned.
+INDUCING_FIELDS = ("inducing",)
+#: Fields that Adam always moves (none: q(v) is moved by natural steps).
+ADAM_FIELDS = ()
+#: Fields of q(v) that Adam moves instead of the natural step (variational_optimizer="adam").
+VARIATIONAL_FIELDS = ("q_mean", "q_sqrt")
 
 
 @dataclass
@@ -74,8 +78,10 @@ class CoupledState:
         return self.precision
 
 
-def init_state(inducing, n_outputs, n_covariances):
+def init_state(inducing, n_outputs, n_covariances, n_orthogonal=0):
     """q(v) equal to the whitened prior N(0, I): zero KL, the usual starting point."""
+    if n_orthogonal != 0:
+        raise ValueError("the coupled basis has no orthogonal inducing set")
     m = inducing.shape[0]
     q_sqrt = np.broadcast_to(np.eye(m), (n_covariances, m, m)).copy()
     return CoupledState(np.array(inducing, dtype=np.float64), np.zeros((m, n_outputs)), q_sqrt)
@@ -171,8 +177,8 @@ def _summed_var_adjoint(d_var, n_cov):
     return d_var.sum(axis=1, keepdims=True) if n_cov == 1 else d_var
 
 
-def backward(tape, state, d_mean, d_var):
-    """Gradient of an objective F(mean, var) in the kernel hyperparameters and Z.
+def backward(tape, state, d_mean, d_var, fields=("inducing",)):
+    """Gradient of F(mean, var) - KL in the kernel hyperparameters, Z and q(v).
 
     With A = L_k^-1 K_zx, g = d_mean and h = d_var:
 
@@ -180,7 +186,12 @@ def backward(tape, state, d_mean, d_var):
         dF/dK_zx     = L_k^-T dF/dA
         L_k^T dF/dL_k = -(dF/dA) A^T = -m (A g)^T - 2 sum_c (S_c - I) A diag(h_c) A^T
 
-    and the Cholesky adjoint maps the last one to dF/dK_zz.
+    and the Cholesky adjoint maps the last one to dF/dK_zz. The whitened KL depends on
+    q(v) alone, so it enters only the gradients in q_mean and q_sqrt:
+
+        dF/dm_p = A g_p - m_p,    dF/dL_c = tril(2 A diag(h_c) A^T L_c) - k (L_c - diag(L_c)^-1)
+
+    with k the number of outputs sharing L_c.
 
     Parameters
     ----------
@@ -189,11 +200,15 @@ def backward(tape, state, d_mean, d_var):
     d_mean, d_var : ndarray of shape (B, P)
         dF/dmean and dF/dvar per row and output.
 
+    fields : tuple of str
+        Fields of the state whose gradient is wanted (of ``INDUCING_FIELDS`` and
+        ``VARIATIONAL_FIELDS``).
+
     Returns
     -------
     theta_bar : ndarray of shape (n_theta,)
     field_bars : dict
-        Gradient for each field of ``ADAM_FIELDS``: ``{"inducing": ndarray (M, D)}``.
+        Gradient for each of ``fields``, shaped as the field.
     """
     a = tape.a
     n_cov = state.q_sqrt.shape[0]
@@ -216,11 +231,28 @@ def backward(tape, state, d_mean, d_var):
     theta_zz, z_zz = tape.back_zz(kzz_bar)
     theta_zx, z_zx = tape.back_zx(kzx_bar)
     theta_d = tape.back_diag(h.sum(axis=1))
-    return theta_zz + theta_zx + theta_d, {"inducing": z_zz + z_zx}
+    bars = {"inducing": z_zz + z_zx}
+    if "q_mean" in fields:
+        bars["q_mean"] = a_g - state.q_mean
+    if "q_sqrt" in fields:
+        bars["q_sqrt"] = _q_sqrt_gradient(tape, state, h)
+    return theta_zz + theta_zx + theta_d, {name: bars[name] for name in fields}
 
 
-def kl_divergence(state):
-    """KL(q(v) || N(0, I)) summed over outputs."""
+def _q_sqrt_gradient(tape, state, h):
+    """d(F - KL)/dL_c, lower triangular (for Adam on q(v))."""
+    n_out, n_cov = state.q_mean.shape[1], state.q_sqrt.shape[0]
+    outputs_per_cov = n_out if n_cov == 1 else 1
+    grams = _whitened_gram(tape, h)
+    bar = np.empty_like(state.q_sqrt)
+    for c, low in enumerate(state.q_sqrt):
+        kl_bar = low - np.diag(1.0 / np.diag(low))
+        bar[c] = np.tril(2.0 * mm(grams[c], low) - outputs_per_cov * kl_bar)
+    return bar
+
+
+def kl_divergence(kernel, state, jitter, tape=None):
+    """KL(q(v) || N(0, I)) summed over outputs (whitened: no kernel matrix needed)."""
     n_out = state.q_mean.shape[1]
     n_cov, m = state.q_sqrt.shape[:2]
     per_cov = np.empty(n_cov)
