@@ -74,8 +74,10 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         ``"probit"`` for two classes and ``"robustmax"`` for more.
     basis : {"coupled", "orth_decoupled", "solve", "inverse_free"}, default="coupled"
         Variational family. ``"coupled"`` is SVGP (Hensman et al. 2015 for
-        classification). The other three are announced and raise ``NotImplementedError``
-        until they land.
+        classification). ``"solve"`` is SOLVE-GP (Shi et al. 2020): ``n_inducing``
+        points Z plus ``n_orthogonal`` points O of the residual process, each block
+        with its own natural steps. The other two are announced and raise
+        ``NotImplementedError`` until they land.
     n_inducing : int, default=256
         Number of inducing inputs (clipped to the number of distinct training rows,
         with a warning when it exceeds the number of samples).

@@ -43,8 +43,11 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         ``noise_variance`` and its bounds, and ``kernel_`` reports the fitted level, as in
         :class:`~sklearn.gaussian_process.GaussianProcessRegressor`.
     basis : {"coupled", "orth_decoupled", "solve", "inverse_free"}, default="coupled"
-        Variational family. ``"coupled"`` is SVGP (Titsias 2009; Hensman et al. 2013). The
-        other three are announced and raise ``NotImplementedError`` until they land.
+        Variational family. ``"coupled"`` is SVGP (Titsias 2009; Hensman et al. 2013).
+        ``"solve"`` is SOLVE-GP (Shi et al. 2020): ``n_inducing`` points Z plus
+        ``n_orthogonal`` points O of the residual process, each block with its own
+        natural steps. The other two are announced and raise ``NotImplementedError``
+        until they land.
     n_inducing : int, default=256
         Number of inducing inputs (clipped to the number of distinct training rows,
         with a warning when it exceeds the number of samples).

@@ -17,13 +17,13 @@ Adam instead of natural steps with ``variational_optimizer="adam"``). A state ha
 the basis has a second inducing set.
 """
 
-from . import coupled
+from . import coupled, solve
 
 #: Bases that are implemented, by the name used in ``basis=``.
-BASES = {"coupled": coupled}
+BASES = {"coupled": coupled, "solve": solve}
 #: Bases announced in the documentation whose implementation has not landed yet.
-PLANNED_BASES = ("orth_decoupled", "solve", "inverse_free")
+PLANNED_BASES = ("orth_decoupled", "inverse_free")
 #: Bases that use ``n_orthogonal``.
 ORTHOGONAL_BASES = ("orth_decoupled", "solve")
 
-__all__ = ["BASES", "PLANNED_BASES", "ORTHOGONAL_BASES", "coupled"]
+__all__ = ["BASES", "PLANNED_BASES", "ORTHOGONAL_BASES", "coupled", "solve"]
