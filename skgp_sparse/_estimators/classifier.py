@@ -74,10 +74,12 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         ``"probit"`` for two classes and ``"robustmax"`` for more.
     basis : {"coupled", "orth_decoupled", "solve", "inverse_free"}, default="coupled"
         Variational family. ``"coupled"`` is SVGP (Hensman et al. 2015 for
-        classification). ``"orth_decoupled"`` (Salimbeni et al. 2018) adds ``n_orthogonal`` mean-only inducing
-        inputs orthogonal to the span of the ``n_inducing`` ones (gamma coefficients moved by
-        Adam; see docs/bases/orth_decoupled.md). ``"solve"`` and
-        ``"inverse_free"`` are announced and raise ``NotImplementedError`` until they land.
+        classification). ``"orth_decoupled"`` (Salimbeni et al. 2018) adds ``n_orthogonal`` mean-only
+        inducing inputs orthogonal to the span of the ``n_inducing`` ones (see
+        docs/bases/orth_decoupled.md). ``"solve"`` is SOLVE-GP (Shi et al. 2020):
+        ``n_inducing`` points Z plus ``n_orthogonal`` points O of the residual process,
+        each block with its own natural steps (see docs/bases/solve.md).
+        ``"inverse_free"`` is announced and raises ``NotImplementedError`` until it lands.
     n_inducing : int, default=256
         Number of inducing inputs (clipped to the number of distinct training rows,
         with a warning when it exceeds the number of samples).

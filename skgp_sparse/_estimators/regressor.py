@@ -44,10 +44,12 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         :class:`~sklearn.gaussian_process.GaussianProcessRegressor`.
     basis : {"coupled", "orth_decoupled", "solve", "inverse_free"}, default="coupled"
         Variational family. ``"coupled"`` is SVGP (Titsias 2009; Hensman et al. 2013).
-        ``"orth_decoupled"`` (Salimbeni et al. 2018) adds ``n_orthogonal`` mean-only inducing
-        inputs orthogonal to the span of the ``n_inducing`` ones (gamma coefficients moved by
-        Adam; see docs/bases/orth_decoupled.md). ``"solve"`` and
-        ``"inverse_free"`` are announced and raise ``NotImplementedError`` until they land.
+        ``"orth_decoupled"`` (Salimbeni et al. 2018) adds ``n_orthogonal`` mean-only
+        inducing inputs orthogonal to the span of the ``n_inducing`` ones (see
+        docs/bases/orth_decoupled.md). ``"solve"`` is SOLVE-GP (Shi et al. 2020):
+        ``n_inducing`` points Z plus ``n_orthogonal`` points O of the residual process,
+        each block with its own natural steps (see docs/bases/solve.md).
+        ``"inverse_free"`` is announced and raises ``NotImplementedError`` until it lands.
     n_inducing : int, default=256
         Number of inducing inputs (clipped to the number of distinct training rows,
         with a warning when it exceeds the number of samples).

@@ -17,13 +17,13 @@ Adam instead of natural steps with ``variational_optimizer="adam"``). A state ha
 the basis has a second inducing set.
 """
 
-from . import coupled, orth_decoupled
+from . import coupled, orth_decoupled, solve
 
 #: Bases that are implemented, by the name used in ``basis=``.
-BASES = {"coupled": coupled, "orth_decoupled": orth_decoupled}
+BASES = {"coupled": coupled, "orth_decoupled": orth_decoupled, "solve": solve}
 #: Bases announced in the documentation whose implementation has not landed yet.
-PLANNED_BASES = ("solve", "inverse_free")
+PLANNED_BASES = ("inverse_free",)
 #: Bases that use ``n_orthogonal``.
 ORTHOGONAL_BASES = ("orth_decoupled", "solve")
 
-__all__ = ["BASES", "PLANNED_BASES", "ORTHOGONAL_BASES", "coupled", "orth_decoupled"]
+__all__ = ["BASES", "PLANNED_BASES", "ORTHOGONAL_BASES", "coupled", "orth_decoupled", "solve"]

@@ -1,0 +1,472 @@
+"""The SOLVE basis (Shi, Titsias and Mnih 2020): SVGP plus an orthogonal inducing set.
+
+The prior splits as f = f_par + f_perp with f_par(x) = k(x, Z) K_uu^-1 u, u = f(Z), and
+f_perp an independent GP with the residual covariance
+c(x, x') = k(x, x') - k(x, Z) K_uu^-1 k(Z, x'). A second set of inducing inputs O carries
+v = f_perp(O), whose prior is N(0, C_vv) with the Schur complement
+C_vv = K_vv - K_vu K_uu^-1 K_uv. The variational family is q(u) q(v) p_perp(f_perp | v):
+two independent Gaussian blocks, each whitened by its own prior factor,
+
+    u = L_u u',  L_u L_u^T = K_uu (+ jitter),   q(u') = N(m_u, S_u)
+    v = L_v v',  L_v L_v^T = C_vv (+ its own jitter),   q(v') = N(m_v, S_v).
+
+With A = L_u^-1 K_uv (M x M2), B = L_u^-1 K_ux and D = L_v^-1 (K_vx - A^T B) the latent
+marginals at the rows x are
+
+    mean_p = B^T m_u,p + D^T m_v,p
+    var_c  = k_xx - colsum(B^2) + colsum((L_u,c^T B)^2) - colsum(D^2) + colsum((L_v,c^T D)^2)
+
+and the KL is the sum of the two whitened KLs to N(0, I). Each block is therefore a
+coupled basis in its own features (B for u, D for v): the ELBO's Fisher is block diagonal
+over q(u) and q(v), so the natural step is the coupled step on each block, both from the
+same minibatch adjoints (:func:`skgp_sparse.bases.coupled.natural_step`).
+
+Cost per step: two Cholesky factorisations, of sizes M and M2, instead of one of size
+M + M2 (2x instead of 8x the work of one when M2 = M), plus O(B (M^2 + M M2 + M2^2)).
+With ``n_orthogonal=0`` every function hands over to the coupled basis, so the model is
+exactly SVGP. Every formula of the backward pass is checked by finite differences in
+tests/test_solve.py.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import coupled
+from ._fused import a_adjoint_inplace, add_column_squares, add_scaled_difference_inplace, prior_minus_squares
+from ..linalg import cholesky_backward, gram, jittered_cholesky, mm, solve_triangular, tri_inverse, tri_mm
+
+#: Fields of the state that Adam moves when the inducing inputs are learned.
+INDUCING_FIELDS = ("inducing", "orthogonal")
+#: Fields that Adam always moves (none: both q blocks are moved by natural steps).
+ADAM_FIELDS = ()
+#: Fields of q(u') and q(v') that Adam moves instead of the natural steps
+#: (variational_optimizer="adam").
+VARIATIONAL_FIELDS = ("q_mean", "q_sqrt", "q_mean_orthogonal", "q_sqrt_orthogonal")
+
+
+@dataclass
+class SolveState:
+    """Variational parameters of the SOLVE basis.
+
+    Attributes
+    ----------
+    inducing : ndarray of shape (M, D)
+        Inducing inputs Z of u = f(Z).
+    orthogonal : ndarray of shape (M2, D)
+        Orthogonal inducing inputs O of v = f_perp(O).
+    q_mean, q_sqrt : ndarrays of shape (M, P) and (C, M, M)
+        Whitened mean and lower covariance factors of q(u').
+    q_mean_orthogonal, q_sqrt_orthogonal : ndarrays of shape (M2, P) and (C, M2, M2)
+        Whitened mean and lower covariance factors of q(v').
+    residual_jitter : float
+        Relative jitter that the Cholesky of C_vv needed so far (0: the model's jitter).
+        Kept here, not in the model, because C_vv is a Schur complement whose
+        conditioning has nothing to do with that of K_uu.
+    precision, precision_orthogonal : ndarray or None
+        Cached S_u^-1 and S_v^-1 (the natural step produces them).
+    """
+
+    inducing: np.ndarray
+    orthogonal: np.ndarray
+    q_mean: np.ndarray
+    q_sqrt: np.ndarray
+    q_mean_orthogonal: np.ndarray
+    q_sqrt_orthogonal: np.ndarray
+    residual_jitter: float = 0.0
+    precision: np.ndarray = None
+    precision_orthogonal: np.ndarray = None
+
+    @property
+    def n_orthogonal(self):
+        return self.orthogonal.shape[0]
+
+    def copy(self):
+        def maybe(a):
+            return None if a is None else a.copy()
+
+        return SolveState(
+            self.inducing.copy(), self.orthogonal.copy(), self.q_mean.copy(), self.q_sqrt.copy(),
+            self.q_mean_orthogonal.copy(), self.q_sqrt_orthogonal.copy(), self.residual_jitter,
+            maybe(self.precision), maybe(self.precision_orthogonal),
+        )
+
+    def drop_caches(self):
+        """Forget what can be recomputed (before a fitted model is stored and pickled)."""
+        self.precision = None
+        self.precision_orthogonal = None
+
+    def block_u(self):
+        """q(u') as a coupled state over Z (sharing the arrays)."""
+        return coupled.CoupledState(self.inducing, self.q_mean, self.q_sqrt, self.precision)
+
+    def block_v(self):
+        """q(v') as a coupled state over O (sharing the arrays)."""
+        return coupled.CoupledState(self.orthogonal, self.q_mean_orthogonal, self.q_sqrt_orthogonal,
+                                    self.precision_orthogonal)
+
+
+def split_inducing(points, n_orthogonal):
+    """Split k-means centres into Z (first returned) and O, both spread over the data.
+
+    Z is picked by farthest-point traversal from the centre nearest the mean, so that the
+    M standard points cover the input space and the orthogonal points fill the gaps
+    between them rather than clustering on one side (which would leave parts of the
+    space to the residual process alone). The centres are distinct, so no point of O
+    coincides with one of Z, which would make C_vv singular.
+
+    Parameters
+    ----------
+    points : ndarray of shape (M + M2, D)
+    n_orthogonal : int
+        M2.
+
+    Returns
+    -------
+    Z : ndarray of shape (M, D)
+    O : ndarray of shape (M2, D)
+    """
+    n_total = points.shape[0]
+    n_z = n_total - n_orthogonal
+    if n_orthogonal == 0:
+        return points, points[:0]
+    first = int(np.argmin(np.sum((points - points.mean(axis=0)) ** 2, axis=1)))
+    chosen = [first]
+    dist = np.sum((points - points[first]) ** 2, axis=1)
+    for _ in range(n_z - 1):
+        nxt = int(np.argmax(dist))
+        chosen.append(nxt)
+        dist = np.minimum(dist, np.sum((points - points[nxt]) ** 2, axis=1))
+    in_z = np.zeros(n_total, dtype=bool)
+    in_z[chosen] = True
+    # Keep the input order within each set (reproducible, and the k-means order).
+    return points[in_z], points[~in_z]
+
+
+def init_state(points, n_outputs, n_covariances, n_orthogonal=0):
+    """Both blocks at their whitened priors N(0, I) (zero KL, the paper's start).
+
+    Parameters
+    ----------
+    points : ndarray of shape (M + M2, D)
+        Initial inducing inputs, split by :func:`split_inducing`.
+    n_outputs : int
+        P, the number of latent functions (columns of the means).
+    n_covariances : int
+        C, 1 (shared covariance) or P.
+    n_orthogonal : int
+        M2, the size of the orthogonal set O.
+    """
+    points = np.array(points, dtype=np.float64)
+    if n_orthogonal < 0:
+        raise ValueError(f"n_orthogonal must be >= 0; got {n_orthogonal}")
+    if points.shape[0] <= n_orthogonal:
+        raise ValueError(
+            f"the solve basis needs at least one inducing point in Z besides the n_orthogonal={n_orthogonal} "
+            f"orthogonal points; got {points.shape[0]} points in all (fewer training rows than "
+            "n_inducing + n_orthogonal?)"
+        )
+    Z, O = split_inducing(points, n_orthogonal)
+    m, m2 = Z.shape[0], O.shape[0]
+    return SolveState(
+        np.ascontiguousarray(Z), np.ascontiguousarray(O),
+        np.zeros((m, n_outputs)), np.broadcast_to(np.eye(m), (n_covariances, m, m)).copy(),
+        np.zeros((m2, n_outputs)), np.broadcast_to(np.eye(m2), (n_covariances, m2, m2)).copy(),
+    )
+
+
+class _Block:
+    """One whitened Gaussian block as the coupled functions see a tape: features ``a``
+    (B or D), ``lt_a`` = L_c^T a, this block's part of the mean, and the gram cache."""
+
+    __slots__ = ("a", "lt_a", "mean", "h_key", "whitened_gram")
+
+    def __init__(self, a, lt_a, mean):
+        self.a, self.lt_a, self.mean = a, lt_a, mean
+        self.h_key = None
+        self.whitened_gram = None
+
+
+class _Tape:
+    """What the backward pass and the natural step need from one forward pass."""
+
+    __slots__ = ("u", "v", "low_u", "low_v", "a_uv", "jitter", "jitter_v", "back_all", "back_cross", "back_diag",
+                 "n_z", "coupled_tape")
+
+
+def _factors(kernel, state, jitter, need_grad):
+    """K([Z; O]) once, its Cholesky blocks and A = L_u^-1 K_uv.
+
+    Returns (low_u, used_u, a_uv, low_v, used_v, back_all)."""
+    Z, O = state.inducing, state.orthogonal
+    m = Z.shape[0]
+    points = np.vstack([Z, O])
+    if need_grad:
+        k_all, back_all = kernel.vjp(points)
+    else:
+        k_all, back_all = kernel(points), None
+    kuu = np.ascontiguousarray(k_all[:m, :m])
+    low_u, used_u = jittered_cholesky(kuu, jitter, what="K(Z, Z) of the inducing inputs")
+    a_uv = solve_triangular(low_u, np.ascontiguousarray(k_all[:m, m:]))
+    cvv = k_all[m:, m:] - gram(a_uv, trans=True)
+    # The Schur complement has its own scale and conditioning (O points near Z make it
+    # nearly singular): its own relative jitter, remembered in the state once raised.
+    first = max(jitter, state.residual_jitter)
+    low_v, used_v = jittered_cholesky(
+        cvv, first, what="residual covariance C(O, O) of the orthogonal inducing inputs"
+    )
+    if used_v > first:
+        state.residual_jitter = used_v
+    return low_u, used_u, a_uv, low_v, used_v, back_all
+
+
+def marginals(kernel, X, state, jitter, need_grad=True):
+    """Latent marginals at the rows of X.
+
+    Parameters
+    ----------
+    kernel : compiled kernel (see :func:`skgp_sparse.kernels.compile_kernel`)
+    X : ndarray of shape (B, D)
+    state : SolveState
+    jitter : float
+        Relative jitter for the Cholesky of K_uu (and the first one tried for C_vv).
+    need_grad : bool
+        Keep what :func:`backward` and :func:`natural_step` need.
+
+    Returns
+    -------
+    mean : ndarray of shape (B, P)
+    var : ndarray of shape (B, C)
+    tape : object for :func:`backward` and :func:`natural_step` (None without need_grad)
+    """
+    if state.n_orthogonal == 0:
+        mean, var, ctape = coupled.marginals(kernel, X, state.block_u(), jitter, need_grad)
+        if ctape is None:
+            return mean, var, None
+        tape = _Tape()
+        tape.coupled_tape, tape.jitter = ctape, ctape.jitter
+        return mean, var, tape
+    low_u, used_u, a_uv, low_v, used_v, back_all = _factors(kernel, state, jitter, need_grad)
+    m = state.inducing.shape[0]
+    points = np.vstack([state.inducing, state.orthogonal])
+    if need_grad:
+        k_cross, back_cross = kernel.vjp(points, X)
+        kdiag, back_diag = kernel.diag_vjp(X)
+    else:
+        k_cross, kdiag = kernel(points, X), kernel.diag(X)
+    b = solve_triangular(low_u, np.ascontiguousarray(k_cross[:m]))
+    d = solve_triangular(low_v, k_cross[m:] - mm(a_uv, b, trans_a=True))
+    mean_u = mm(b, state.q_mean, trans_a=True)
+    mean_v = mm(d, state.q_mean_orthogonal, trans_a=True)
+    lt_b = [tri_mm(low, b, trans=True) for low in state.q_sqrt]
+    lt_d = [tri_mm(low, d, trans=True) for low in state.q_sqrt_orthogonal]
+    # k_xx - |B|^2 - |D|^2 is the variance left given u and v (>= 0 in exact arithmetic).
+    prior = prior_minus_squares(prior_minus_squares(kdiag, b), d)
+    var = np.empty((len(lt_b), X.shape[0]))
+    for c in range(len(lt_b)):
+        add_column_squares(prior, lt_b[c], var[c])
+        add_column_squares(var[c], lt_d[c], var[c])
+    var = var.T
+    # Differences of large terms far from the data: a tiny negative is rounding.
+    np.maximum(var, 0.0, out=var)
+    if not need_grad:
+        return mean_u + mean_v, var, None
+    tape = _Tape()
+    tape.coupled_tape = None
+    tape.u, tape.v = _Block(b, lt_b, mean_u), _Block(d, lt_d, mean_v)
+    tape.low_u, tape.low_v, tape.a_uv = low_u, low_v, a_uv
+    tape.jitter, tape.jitter_v = used_u, used_v
+    tape.back_all, tape.back_cross, tape.back_diag = back_all, back_cross, back_diag
+    tape.n_z = m
+    return mean_u + mean_v, var, tape
+
+
+def _block_adjoint(block, q_mean, q_sqrt, d_mean, h):
+    """dF/da of one block's features and L0^T dF/dL0 of its prior factor (as in the
+    coupled basis): a_bar = m g^T + 2 sum_c (S_c - I) a diag(h_c),
+    lt_bar = -a_bar a^T = -m (a g)^T - 2 sum_c (S_c - I) a diag(h_c) a^T."""
+    a = block.a
+    a_g = mm(a, d_mean)
+    lt_bar = -mm(q_mean, a_g, trans_b=True)
+    a_bar = a_adjoint_inplace(tri_mm(q_sqrt[0], block.lt_a[0]), a, q_mean, d_mean, h[:, 0])
+    grams = coupled._whitened_gram(block, h)
+    for c in range(q_sqrt.shape[0]):
+        if c > 0:
+            add_scaled_difference_inplace(a_bar, tri_mm(q_sqrt[c], block.lt_a[c]), a, h[:, c])
+        w = grams[c]
+        lt_bar -= 2.0 * (tri_mm(q_sqrt[c], tri_mm(q_sqrt[c], w, trans=True)) - w)
+    return a_bar, lt_bar, a_g
+
+
+def _jittered_cholesky_backward(low, lt_low_bar, jitter):
+    """Adjoint of K from that of chol(K + jitter * mean(diag K) I)."""
+    k_bar = cholesky_backward(low, lt_low_bar=lt_low_bar)
+    # The added jitter moves with the mean diagonal: jitter * trace(K_bar) / n back on it.
+    k_bar.flat[:: k_bar.shape[0] + 1] += jitter * np.trace(k_bar) / k_bar.shape[0]
+    return k_bar
+
+
+def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal")):
+    """Gradient of F(mean, var) - KL in the kernel hyperparameters, Z, O and q.
+
+    Each block contributes its coupled adjoints (:func:`_block_adjoint`): B_bar and
+    L_u^T L_u_bar from q(u'), D_bar and L_v^T L_v_bar from q(v'). Then, backwards through
+    D = L_v^-1 C_vx, C_vx = K_vx - A^T B, C_vv = K_vv - A^T A, A = L_u^-1 K_uv and
+    B = L_u^-1 K_ux:
+
+        C_vx_bar = L_v^-T D_bar,   C_vv_bar = chol_bar(L_v, -D_bar D^T)
+        T        = C_vx_bar B^T                  (M2 x M)
+        A_bar    = -T^T - 2 A C_vv_bar
+        B_bar   += -A C_vx_bar
+        L_u^T L_u_bar += E + E^T + 2 A C_vv_bar A^T,   E = A T
+        K_ux_bar = L_u^-T B_bar,   K_uv_bar = L_u^-T A_bar,   K_vv_bar = C_vv_bar,
+        K_vx_bar = C_vx_bar,       K_uu_bar = chol_bar(L_u, L_u^T L_u_bar)
+
+    (each chol_bar including its relative jitter). The kernel's reverse pass then maps
+    the adjoints of K([Z; O]) and K([Z; O], X) to theta, Z and O. The whitened KL depends
+    on q alone.
+
+    Parameters
+    ----------
+    tape : from :func:`marginals`
+    state : SolveState
+    d_mean, d_var : ndarray of shape (B, P)
+        dF/dmean and dF/dvar per row and output.
+    fields : tuple of str
+        Fields whose gradient is wanted (of ``INDUCING_FIELDS`` and ``VARIATIONAL_FIELDS``).
+
+    Returns
+    -------
+    theta_bar : ndarray of shape (n_theta,)
+    field_bars : dict
+        Gradient for each of ``fields``, shaped as the field.
+    """
+    if tape.coupled_tape is not None:
+        cfields = tuple(f for f in fields if f in ("inducing", "q_mean", "q_sqrt"))
+        theta_bar, bars = coupled.backward(tape.coupled_tape, state.block_u(), d_mean, d_var, cfields)
+        empty = {"orthogonal": np.zeros_like(state.orthogonal),
+                 "q_mean_orthogonal": np.zeros_like(state.q_mean_orthogonal),
+                 "q_sqrt_orthogonal": np.zeros_like(state.q_sqrt_orthogonal)}
+        return theta_bar, {name: bars[name] if name in bars else empty[name] for name in fields}
+    m = tape.n_z
+    n_cov = state.q_sqrt.shape[0]
+    h = coupled._summed_var_adjoint(d_var, n_cov)
+    a_uv, low_u, low_v, b = tape.a_uv, tape.low_u, tape.low_v, tape.u.a
+    b_bar, lt_lu_bar, b_g = _block_adjoint(tape.u, state.q_mean, state.q_sqrt, d_mean, h)
+    d_bar, lt_lv_bar, d_g = _block_adjoint(tape.v, state.q_mean_orthogonal, state.q_sqrt_orthogonal, d_mean, h)
+    cvx_bar = solve_triangular(low_v, d_bar, trans=True)
+    cvv_bar = _jittered_cholesky_backward(low_v, lt_lv_bar, tape.jitter_v)
+    t = mm(cvx_bar, b, trans_b=True)
+    a_cvv = mm(a_uv, cvv_bar)
+    a_bar = -t.T - 2.0 * a_cvv
+    b_bar -= mm(a_uv, cvx_bar)
+    e = mm(a_uv, t)
+    lt_lu_bar += e + e.T + 2.0 * mm(a_cvv, a_uv, trans_b=True)
+    kux_bar = solve_triangular(low_u, b_bar, trans=True)
+    kuv_bar = solve_triangular(low_u, a_bar, trans=True)
+    kuu_bar = _jittered_cholesky_backward(low_u, lt_lu_bar, tape.jitter)
+    m2 = cvv_bar.shape[0]
+    k_all_bar = np.zeros((m + m2, m + m2))
+    k_all_bar[:m, :m] = kuu_bar
+    k_all_bar[:m, m:] = kuv_bar
+    k_all_bar[m:, m:] = cvv_bar
+    theta_all, points_all = tape.back_all(k_all_bar)
+    theta_cross, points_cross = tape.back_cross(np.vstack([kux_bar, cvx_bar]))
+    theta_d = tape.back_diag(h.sum(axis=1))
+    points_bar = points_all + points_cross
+    bars = {"inducing": points_bar[:m], "orthogonal": points_bar[m:]}
+    if "q_mean" in fields:
+        bars["q_mean"] = b_g - state.q_mean
+    if "q_sqrt" in fields:
+        bars["q_sqrt"] = coupled._q_sqrt_gradient(tape.u, state.block_u(), h)
+    if "q_mean_orthogonal" in fields:
+        bars["q_mean_orthogonal"] = d_g - state.q_mean_orthogonal
+    if "q_sqrt_orthogonal" in fields:
+        bars["q_sqrt_orthogonal"] = coupled._q_sqrt_gradient(tape.v, state.block_v(), h)
+    return theta_all + theta_cross + theta_d, {name: bars[name] for name in fields}
+
+
+def kl_divergence(kernel, state, jitter, tape=None):
+    """KL(q(u') || N(0, I)) + KL(q(v') || N(0, I)), summed over outputs.
+
+    Whitening makes both priors standard: in the original coordinates these are the KLs
+    to N(0, K_uu) and to the residual prior N(0, C_vv) (of dimension M2)."""
+    kl = coupled.kl_divergence(kernel, state.block_u(), jitter)
+    if state.n_orthogonal:
+        kl += coupled.kl_divergence(kernel, state.block_v(), jitter)
+    return kl
+
+
+def natural_step(tape, state, d_mean, d_var, step):
+    """One natural-gradient step of size ``step`` on q(u') and on q(v').
+
+    The Fisher information of the family q(u') q(v') is block diagonal, so the natural
+    gradient is the coupled one per block, in that block's features (B for u', D for v')
+    with the other block's contribution to the mean held where it is. Both steps use this
+    batch's adjoints: with a Gaussian likelihood, a full batch and step 1 each block lands
+    on its optimum given the other block's *previous* value (a block-Jacobi step). The
+    covariances are then exact at once (their optimum does not depend on the other
+    block); the means converge geometrically to the joint optimum, since block Jacobi
+    on a two-block concave quadratic contracts.
+
+    Raises
+    ------
+    CholeskyError
+        If a new precision is not positive definite: the caller backs off.
+    """
+    if tape.coupled_tape is not None:
+        new_u = coupled.natural_step(tape.coupled_tape, state.block_u(), d_mean, d_var, step)
+        new = state.copy()
+        new.inducing, new.orthogonal = state.inducing, state.orthogonal
+        new.q_mean, new.q_sqrt, new.precision = new_u.q_mean, new_u.q_sqrt, new_u.precision
+        return new
+    block_u, block_v = state.block_u(), state.block_v()
+    new_u = coupled.natural_step(tape.u, block_u, d_mean, d_var, step)
+    new_v = coupled.natural_step(tape.v, block_v, d_mean, d_var, step)
+    return SolveState(
+        state.inducing, state.orthogonal, new_u.q_mean, new_u.q_sqrt, new_v.q_mean, new_v.q_sqrt,
+        state.residual_jitter, new_u.precision, new_v.precision,
+    )
+
+
+def make_predictor(kernel, state, jitter):
+    """Freeze the fitted model into a :class:`~skgp_sparse.bases.coupled.CoupledPredictor`
+    over the points [Z; O].
+
+    With R = L_u^-T A (so that K_vu K_uu^-1 = R^T), the residual cross-covariance is
+    c_v(x) = [-R^T, I] k([Z; O], x); the mean and variance of f_par + f_perp (spec A4) are
+
+        mean = k_Zx^T (alpha_u - R alpha_v) + k_Ox^T alpha_v,   alpha = L^-T m
+        var  = k_xx + k_Zx^T W_u k_Zx + c_v^T W_v c_v,           W = L^-T (S - I) L^-1
+
+    which is one quadratic form in k([Z; O], x) with a (M + M2) square middle matrix.
+    """
+    if state.n_orthogonal == 0:
+        return coupled.make_predictor(kernel, state.block_u(), jitter)
+    probe = state.copy()
+    low_u, _, a_uv, low_v, _, _ = _factors(kernel, probe, jitter, need_grad=False)
+    if probe.residual_jitter > state.residual_jitter:
+        state.residual_jitter = probe.residual_jitter
+    alpha_u, middle_u = _frozen_block(low_u, state.q_mean, state.q_sqrt)
+    alpha_v, middle_v = _frozen_block(low_v, state.q_mean_orthogonal, state.q_sqrt_orthogonal)
+    r = solve_triangular(low_u, a_uv, trans=True)  # K_uu^-1 K_uv
+    m, m2 = a_uv.shape
+    weights = np.vstack([alpha_u - mm(r, alpha_v), alpha_v])
+    n_cov = middle_u.shape[0]
+    middle = np.zeros((n_cov, m + m2, m + m2))
+    for c in range(n_cov):
+        r_w = mm(r, middle_v[c])  # R W_v
+        middle[c, :m, :m] = middle_u[c] + mm(r_w, r, trans_b=True)
+        middle[c, :m, m:] = -r_w
+        middle[c, m:, :m] = -r_w.T
+        middle[c, m:, m:] = middle_v[c]
+    return coupled.CoupledPredictor(np.vstack([state.inducing, state.orthogonal]), weights, middle)
+
+
+def _frozen_block(low0, q_mean, q_sqrt):
+    """alpha = L0^-T m and W_c = L0^-T (S_c - I) L0^-1 of one whitened block."""
+    inv_low = tri_inverse(low0)
+    alpha = mm(inv_low, q_mean, trans_a=True)
+    prior_part = gram(inv_low, trans=True)
+    middle = np.stack([gram(tri_mm(low, inv_low, trans=True), trans=True) - prior_part for low in q_sqrt])
+    return alpha, middle
