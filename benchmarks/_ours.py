@@ -15,7 +15,9 @@ def time_our_step(X, y, Z0, batch_size, n_steps, n_warmup=3, seed=0, **params):
 
     Minibatches are consecutive slices of a seeded permutation, as in training.
     """
-    reg = SparseGPRegressor(inducing_init=Z0, n_inducing=len(Z0), batch_size=batch_size, random_state=seed, **params)
+    # Z0 holds the points of every set: n_inducing of them are the covariance set.
+    params.setdefault("n_inducing", len(Z0) - params.get("n_orthogonal", 0))
+    reg = SparseGPRegressor(inducing_init=Z0, batch_size=batch_size, random_state=seed, **params)
     Y = y.reshape(-1, 1)
     kernel = resolve_kernel(reg.kernel, X.shape[1])
     state = BASES[reg.basis].init_state(Z0, n_outputs=1, n_covariances=1, n_orthogonal=reg.n_orthogonal)
@@ -38,3 +40,46 @@ def time_our_step(X, y, Z0, batch_size, n_steps, n_warmup=3, seed=0, **params):
         if s >= n_warmup:
             times.append(time.perf_counter() - t0)
     return float(np.median(times))
+
+
+def basis_settings(name, n_inducing):
+    """Estimator parameters that compare basis ``name`` at a budget of ``n_inducing`` points.
+
+    Every basis gets ``n_inducing`` covariance points; the bases with an orthogonal set
+    (:data:`skgp_sparse.bases.ORTHOGONAL_BASES`) get as many again in that set, so the report
+    can set them beside the coupled basis at the same covariance cost and (the coupled
+    basis at twice the points) at the same total number of points.
+    """
+    from skgp_sparse.bases import ORTHOGONAL_BASES
+
+    return dict(basis=name, n_inducing=n_inducing, n_orthogonal=n_inducing if name in ORTHOGONAL_BASES else 0)
+
+
+def implemented_bases():
+    """Names of the bases this checkout implements, in registry order."""
+    from skgp_sparse.bases import BASES
+
+    return list(BASES)
+
+
+def fit_with_curve(estimator, X, y, evaluate):
+    """Fit ``estimator`` and record ``evaluate(model, estimator)`` after every epoch.
+
+    Returns ``(fit_seconds, curve)`` where curve is a list of ``(training seconds, metrics)``;
+    the evaluation time is excluded from the clock (it would penalise frequent evaluation).
+    """
+    curve, paused = [], [0.0]
+
+    def on_epoch(model, history):
+        entered = time.perf_counter()
+        metrics = evaluate(model, estimator)
+        curve.append((entered - start - paused[0], metrics))
+        paused[0] += time.perf_counter() - entered
+
+    estimator._epoch_callback = on_epoch
+    start = time.perf_counter()
+    try:
+        estimator.fit(X, y)
+    finally:
+        del estimator._epoch_callback
+    return time.perf_counter() - start - paused[0], curve
