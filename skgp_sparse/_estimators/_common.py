@@ -79,7 +79,15 @@ def feature_scale(X):
     It sets the default kernel's length scales and the size of Adam's steps on the
     inducing inputs, so that a fit does the same on X and on ``1e6 * X``.
     """
-    scale = np.std(X, axis=0) if X.shape[0] > 1 else np.zeros(X.shape[1])
+    n = X.shape[0]
+    if n < 2:
+        return np.ones(X.shape[1])
+    # Two passes, the second over row chunks: np.std would make two temporaries of X's size.
+    mean = X.mean(axis=0)
+    sq = np.zeros(X.shape[1])
+    for rows in chunked(n, 65536):
+        sq += ((X[rows] - mean) ** 2).sum(axis=0)
+    scale = np.sqrt(sq / n)
     return np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
 
 
