@@ -100,7 +100,9 @@ def initial_inducing(X, n_inducing, method, kernel, rng):
     """
     if not isinstance(method, str):
         return np.array(method, dtype=np.float64)
-    unique = distinct_rows(X)
+    # Subsample before looking for distinct rows: np.unique(axis=0) of all rows would make
+    # several copies of X (hundreds of MiB at a million rows).
+    unique = distinct_rows(_subsample(X, rng))
     if unique.shape[0] <= n_inducing:
         return unique.astype(np.float64)
     if method == "kmeans":

@@ -83,3 +83,10 @@ def test_the_elbo_back_off_is_off_by_default():
     schedule = NaturalStepSchedule(0.2, conjugate=True, full_batch=True)
     schedule.end_epoch(0.0)
     assert not schedule.end_epoch(-100.0) and schedule.n_backoffs == 0
+
+
+def test_adam_step_scales_multiply_the_learning_rate_per_parameter():
+    adam = Adam(learning_rate=0.1, step_scales={"z": np.array([1e-6, 1e6])})
+    out = adam.step({"z": np.zeros((3, 2)), "t": np.zeros(1)}, {"z": np.ones((3, 2)), "t": np.ones(1)})
+    np.testing.assert_allclose(out["z"], np.tile([1e-7, 1e5], (3, 1)), rtol=1e-6)
+    np.testing.assert_allclose(out["t"], [0.1], rtol=1e-6)

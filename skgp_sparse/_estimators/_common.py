@@ -5,18 +5,21 @@ No mathematics here: this module turns estimator parameters into a
 """
 
 import warnings
+from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel
 from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import validate_data
 
 from ..bases import BASES, ORTHOGONAL_BASES, PLANNED_BASES
 from ..inducing import METHODS as INDUCING_METHODS
 from ..inducing import initial_inducing
 from ..kernels import compile_kernel
 from ..optim import Adam, NaturalStepSchedule, train
+from ..optim.loop import array_batches
 
 #: Rows per chunk at prediction time: bounds memory at O(chunk * M) whatever the input size.
 PREDICT_CHUNK = 4096
@@ -66,14 +69,42 @@ def check_basis_options(basis, n_orthogonal, backend):
         )
 
 
-def default_kernel(n_features):
-    """A learnable amplitude times an RBF with one length scale per feature."""
-    return ConstantKernel(1.0) * RBF(length_scale=np.ones(n_features))
+class FitInterruptedWarning(UserWarning):
+    """A KeyboardInterrupt (Ctrl-C) ended a fit early; the model is that of the last completed step."""
 
 
-def resolve_kernel(kernel, n_features):
+def feature_scale(X):
+    """Spread (standard deviation) of each column of X; 1 for a constant column.
+
+    It sets the default kernel's length scales and the size of Adam's steps on the
+    inducing inputs, so that a fit does the same on X and on ``1e6 * X``.
+    """
+    n = X.shape[0]
+    if n < 2:
+        return np.ones(X.shape[1])
+    # Two passes, the second over row chunks: np.std would make two temporaries of X's size.
+    mean = X.mean(axis=0)
+    sq = np.zeros(X.shape[1])
+    for rows in chunked(n, 65536):
+        sq += ((X[rows] - mean) ** 2).sum(axis=0)
+    scale = np.sqrt(sq / n)
+    return np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
+
+
+def default_kernel(n_features, x_scale=None):
+    """A learnable amplitude times an RBF with one length scale per feature.
+
+    The length scales start at each feature's spread (``x_scale``; 1 when None) and may
+    move over ten decades either side of it.
+    """
+    scale = np.ones(n_features) if x_scale is None else np.asarray(x_scale, dtype=np.float64)
+    bounds = np.column_stack([1e-5 * scale, 1e5 * scale])
+    return ConstantKernel(1.0) * RBF(length_scale=scale.copy(), length_scale_bounds=bounds)
+
+
+def resolve_kernel(kernel, n_features, x_scale=None):
     """Compile the user's kernel (or the default) with WhiteKernel terms as noise."""
-    sk_kernel = default_kernel(n_features) if kernel is None else kernel
+    sk_kernel = default_kernel(n_features, x_scale) if kernel is None else kernel
     compiled = compile_kernel(sk_kernel, white_as_noise=True)
     # Evaluate once on a dummy row so that a wrong-length length scale fails here, with
     # the kernel's own message, rather than deep inside the first step.
@@ -118,27 +149,110 @@ def generator_from(random_state):
     return np.random.default_rng(check_random_state(random_state).randint(np.iinfo(np.int32).max))
 
 
-def run_training(estimator, model, X, Y, rng, conjugate, steps_done=0):
-    """Minibatch natural-gradient training of ``model`` with the estimator's settings.
+class InMemoryRows:
+    """Training rows held as one numpy array (the Dask counterpart is ``_dask.DaskRows``).
+
+    Attributes
+    ----------
+    sample : ndarray
+        Rows to initialise from (inducing inputs, feature scales): all of them here.
+    n_rows : int
+    """
+
+    def __init__(self, X):
+        self.X = X
+        self.sample = X
+        self.n_rows = X.shape[0]
+
+    def batches(self, Y, batch_size):
+        """``batches(rng)``: shuffled minibatches of ``batch_size`` rows of (X, Y)."""
+        return array_batches(self.X, Y, batch_size)
+
+
+def is_dask_collection(a):
+    """Whether ``a`` is a Dask collection, without importing Dask when it was not."""
+    return type(a).__module__.split(".")[0] in ("dask", "dask_expr") and hasattr(a, "__dask_graph__")
+
+
+def training_rows(estimator, X, y, rng, **check_params):
+    """Validate (X, y) for fit: the rows as a source of minibatches, and y as numpy.
+
+    Dask input streams from its chunks (``_dask.DaskRows``); anything else is validated
+    by scikit-learn into one float64 array. Sets ``n_features_in_`` (and
+    ``feature_names_in_``).
+    """
+    if is_dask_collection(X) or is_dask_collection(y):
+        from . import _dask
+
+        return _dask.training_rows(estimator, X, y, rng, **check_params)
+    X, y = validate_data(estimator, X, y, dtype=np.float64, **check_params)
+    return InMemoryRows(X), y
+
+
+def check_n_data(n_data, n_seen):
+    """partial_fit's N: ``n_data`` when given, else the rows seen so far."""
+    if n_data is None:
+        return n_seen
+    if isinstance(n_data, bool) or not isinstance(n_data, Integral) or n_data < 1:
+        raise ValueError(f"n_data must be a positive int (the number of training rows); got {n_data!r}")
+    return int(n_data)
+
+
+def batch_rows(estimator, n_rows):
+    return n_rows if estimator.batch_size is None else min(estimator.batch_size, n_rows)
+
+
+@dataclass
+class StreamState:
+    """What ``partial_fit`` carries from one call to the next besides the model.
+
+    The Adam moments, the natural-step schedule (its step count and back-off) and the
+    minibatch generator, so that successive calls continue one optimisation rather than
+    restart it; ``x_scale`` is the feature spread of the first call (Adam's step on the
+    inducing inputs).
+    """
+
+    adam: Adam
+    schedule: NaturalStepSchedule
+    rng: np.random.Generator
+    x_scale: np.ndarray
+
+
+def make_optimisers(estimator, model, x_scale, conjugate, full_batch, steps_done, falling_elbo_backoff=True):
+    """The natural-step schedule and Adam for the estimator's settings.
 
     ``steps_done`` (a warm start) lets the natural-step schedule continue where it was
     rather than restart with large steps that would forget the fitted q(u). Without a
-    conjugate likelihood the schedule warms up and also backs off on a falling ELBO.
+    conjugate likelihood the schedule warms up and also backs off on a falling ELBO
+    (unless ``falling_elbo_backoff`` is False: partial_fit calls see different rows, so
+    their ELBOs are not comparable).
     """
-    n = X.shape[0]
-    batch = n if estimator.batch_size is None else min(estimator.batch_size, n)
     schedule = NaturalStepSchedule(
         estimator.natural_step_size,
         conjugate=conjugate,
-        full_batch=batch >= n,
-        elbo_drop_tol=None if conjugate else ELBO_DROP_TOL,
+        full_batch=full_batch,
+        elbo_drop_tol=None if conjugate or not falling_elbo_backoff else ELBO_DROP_TOL,
     )
     schedule.t = steps_done
-    adam = Adam(learning_rate=estimator.learning_rate)
+    # Inducing inputs live in data units: their Adam steps scale with each feature's spread.
+    scales = {name: x_scale for name in model.basis.INDUCING_FIELDS}
+    adam = Adam(learning_rate=estimator.learning_rate, step_scales=scales)
+    return schedule, adam
+
+
+def run_training(estimator, model, rows, Y, rng, conjugate, steps_done=0, x_scale=None):
+    """Minibatch natural-gradient training of ``model`` with the estimator's settings.
+
+    ``rows`` is an :class:`InMemoryRows` or a ``_dask.DaskRows``; Y is in memory.
+    """
+    n = rows.n_rows
+    batch = batch_rows(estimator, n)
+    x_scale = feature_scale(rows.sample) if x_scale is None else x_scale
+    schedule, adam = make_optimisers(estimator, model, x_scale, conjugate, batch >= n, steps_done)
     history = train(
         model,
-        X,
-        Y,
+        None,
+        None,
         batch_size=batch,
         max_iter=estimator.max_iter,
         tol=estimator.tol,
@@ -149,8 +263,12 @@ def run_training(estimator, model, X, Y, rng, conjugate, steps_done=0):
         verbose=estimator.verbose,
         # Set by benchmarks only (not a parameter: it would not survive clone).
         callback=getattr(estimator, "_epoch_callback", None),
+        batches=rows.batches(Y, batch),
+        n_rows=n,
     )
-    if not history.converged:
+    if history.interrupted:
+        warn_interrupted(estimator, history)
+    elif not history.converged:
         warnings.warn(
             f"{type(estimator).__name__} stopped at max_iter={estimator.max_iter} epochs before the "
             f"ELBO settled to tol={estimator.tol}; increase max_iter or tol",
@@ -160,13 +278,50 @@ def run_training(estimator, model, X, Y, rng, conjugate, steps_done=0):
     return history, schedule
 
 
+def run_partial_pass(estimator, model, rows, Y, stream):
+    """One pass of minibatch steps over ``rows`` (``partial_fit``), continuing ``stream``."""
+    n = rows.n_rows
+    batch = batch_rows(estimator, n)
+    history = train(
+        model,
+        None,
+        None,
+        batch_size=batch,
+        max_iter=1,
+        tol=0.0,
+        n_iter_no_change=1,
+        schedule=stream.schedule,
+        adam=stream.adam,
+        rng=stream.rng,
+        verbose=estimator.verbose,
+        batches=rows.batches(Y, batch),
+        n_rows=n,
+    )
+    if history.interrupted:
+        warn_interrupted(estimator, history)
+    return history
+
+
+def warn_interrupted(estimator, history):
+    warnings.warn(
+        f"{type(estimator).__name__}: fit interrupted (KeyboardInterrupt) after {history.n_steps} "
+        "steps; the estimator holds the model of the last completed step, which predicts "
+        "normally (call fit again, with warm_start=True to continue)",
+        FitInterruptedWarning,
+        stacklevel=4,
+    )
+
+
 def chunked(n_rows, size=PREDICT_CHUNK):
     for start in range(0, n_rows, size):
         yield slice(start, min(start + size, n_rows))
 
 
-def record_fit(estimator, model, history, schedule, steps_done):
-    """Set the fitted attributes that every estimator shares from a trained model."""
+def record_fit(estimator, model, history, schedule, steps_done, append=False):
+    """Set the fitted attributes that every estimator shares from a trained model.
+
+    ``append`` (partial_fit): the epochs and ELBOs add to those already recorded.
+    """
     estimator.kernel_ = model.kernel.to_sklearn()
     # Cached matrices are recomputable; dropping them keeps pickles small.
     model.state.drop_caches()
@@ -176,9 +331,9 @@ def record_fit(estimator, model, history, schedule, steps_done):
     if orthogonal is not None:
         estimator.orthogonal_points_ = orthogonal
     estimator.jitter_ = model.jitter
-    estimator.n_iter_ = history.n_epochs
+    estimator.n_iter_ = history.n_epochs + (estimator.n_iter_ if append else 0)
     estimator.n_steps_ = steps_done + history.n_steps
-    estimator.loss_curve_ = history.elbo
+    estimator.loss_curve_ = (list(estimator.loss_curve_) if append else []) + list(history.elbo)
     estimator.converged_ = history.converged
     estimator.n_natural_backoffs_ = schedule.n_backoffs
     estimator.predictor_ = model.predictor()

@@ -12,13 +12,20 @@ from ..kernels import compile_kernel
 from ..likelihoods import BernoulliLikelihood, RobustMaxLikelihood, SoftmaxLikelihood
 from ._common import (
     COMMON_CONSTRAINTS,
+    StreamState,
     check_basis_options,
+    check_n_data,
+    feature_scale,
     generator_from,
     initial_inducing_points,
+    is_dask_collection,
     latent_in_chunks,
+    make_optimisers,
     record_fit,
     resolve_kernel,
+    run_partial_pass,
     run_training,
+    training_rows,
 )
 
 #: Likelihoods with one latent function (two classes only), by link name.
@@ -61,9 +68,10 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
     Parameters
     ----------
     kernel : kernel instance from :mod:`sklearn.gaussian_process.kernels`, default=None
-        Prior covariance of the latent functions. None means
-        ``ConstantKernel(1.0) * RBF(np.ones(n_features))`` with learnable amplitude and
-        one length scale per feature. Hyperparameters with ``"fixed"`` bounds stay fixed
+        Prior covariance of the latent functions. None means ``ConstantKernel(1.0) *
+        RBF(length_scale=s)`` with learnable amplitude and one length scale per feature,
+        starting at each feature's standard deviation ``s`` (1 for a constant feature)
+        and bounded to ``[1e-5 s, 1e5 s]``. Hyperparameters with ``"fixed"`` bounds stay fixed
         and the others stay within their bounds.
     likelihood : {"auto", "probit", "logit", "robustmax", "softmax"}, default="auto"
         Observation model. ``"probit"`` and ``"logit"``: Bernoulli with that link, two
@@ -141,9 +149,12 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
     orthogonal_points_ : ndarray of shape (n_orthogonal, n_features)
         Fitted inducing inputs of the orthogonal set (bases with ``n_orthogonal``).
     n_iter_ : int
-        Number of epochs run.
+        Number of epochs run (one more per ``partial_fit`` call).
     n_steps_ : int
-        Number of minibatch steps run (including earlier fits continued by ``warm_start``).
+        Number of minibatch steps run (including earlier fits continued by ``warm_start``
+        or ``partial_fit``).
+    n_rows_seen_ : int
+        Rows of the last ``fit``, plus those of the ``partial_fit`` calls since.
     loss_curve_ : list of float
         Mean minibatch ELBO estimate of each epoch (nats, full-data scale).
     converged_ : bool
@@ -246,8 +257,30 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         idx = np.minimum(idx, len(self.classes_) - 1)
         unseen = self.classes_[idx] != y
         if np.any(unseen):
-            raise ValueError(f"y contains labels not seen in fit: {np.unique(y[unseen])[:5].tolist()}")
+            raise ValueError(
+                f"y contains labels not seen in fit: {np.unique(y[unseen])[:5].tolist()}; the classes are "
+                f"{self.classes_.tolist()} (for partial_fit, pass every class in `classes` on the first call)"
+            )
         return idx.astype(np.float64).reshape(-1, 1)
+
+    def _initial_model(self, sample, n_data, rng):
+        """A fresh model: kernel, inducing inputs from ``sample``, q(u) at the prior."""
+        kernel = resolve_kernel(self.kernel, sample.shape[1], feature_scale(sample))
+        Z = initial_inducing_points(self, sample, kernel, rng)
+        # The variance adjoint differs between the latents, so each gets its own
+        # covariance (for one latent that is the single covariance).
+        n_latents = self._n_latents()
+        state = BASES[self.basis].init_state(
+            Z, n_outputs=n_latents, n_covariances=n_latents, n_orthogonal=self.n_orthogonal
+        )
+        return self._build_model(kernel, state, n_data)
+
+    def _check_classes(self, classes):
+        if classes.shape[0] < 2:
+            raise ValueError(
+                f"{type(self).__name__} needs samples of at least 2 classes in the data, but "
+                f"the data contain only one class: {classes[0]!r}"
+            )
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
@@ -264,14 +297,11 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         self : SparseGPClassifier
         """
         check_basis_options(self.basis, self.n_orthogonal, self.backend)
-        X, y = validate_data(self, X, y, dtype=np.float64)
+        rng = generator_from(self.random_state)
+        rows, y = training_rows(self, X, y, rng)
         check_classification_targets(y)
         classes = np.unique(y)
-        if classes.shape[0] < 2:
-            raise ValueError(
-                f"{type(self).__name__} needs samples of at least 2 classes in the data, but "
-                f"the data contain only one class: {classes[0]!r}"
-            )
+        self._check_classes(classes)
         warm = self.warm_start and hasattr(self, "variational_state_")
         if warm and not np.array_equal(classes, self.classes_):
             raise ValueError(
@@ -281,25 +311,90 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         self.classes_ = classes
         self.likelihood_ = resolve_likelihood(self.likelihood, len(classes))
         Y = self._encode(y)
-        rng = generator_from(self.random_state)
         if warm:
-            model = self._fitted_model(X.shape[0])
+            model = self._fitted_model(rows.n_rows)
         else:
-            kernel = resolve_kernel(self.kernel, X.shape[1])
-            Z = initial_inducing_points(self, X, kernel, rng)
-            # The variance adjoint differs between the latents, so each gets its own
-            # covariance (for one latent that is the single covariance).
-            n_latents = self._n_latents()
-            state = BASES[self.basis].init_state(
-                Z, n_outputs=n_latents, n_covariances=n_latents, n_orthogonal=self.n_orthogonal
-            )
-            model = self._build_model(kernel, state, X.shape[0])
+            model = self._initial_model(rows.sample, rows.n_rows, rng)
         steps_done = self.n_steps_ if warm else 0
-        history, schedule = run_training(self, model, X, Y, rng, conjugate=False, steps_done=steps_done)
+        history, schedule = run_training(self, model, rows, Y, rng, conjugate=False, steps_done=steps_done)
         record_fit(self, model, history, schedule, steps_done)
+        self.n_rows_seen_ = rows.n_rows
+        self._stream_state = None
+        return self
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def partial_fit(self, X, y, classes=None, n_data=None):
+        """One pass of minibatch steps over (X, y), continuing the current fit.
+
+        The first call (on an unfitted estimator) takes every class in ``classes`` and
+        initialises the model from these rows (inducing inputs, feature spreads). Later
+        calls (or calls after :meth:`fit`) continue the same optimisation: q(u), kernel
+        and inducing inputs, the natural-step schedule and Adam's moments carry on.
+        ``max_iter``, ``tol`` and ``warm_start`` play no part. The falling-ELBO back-off
+        of :meth:`fit` is off (successive calls see different rows); a step whose
+        precision is not positive definite is still retried at half the size.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), or a Dask array
+        y : array-like of shape (n_samples,)
+            Labels, all of them among ``classes``.
+        classes : array-like of shape (n_classes,), optional
+            Every label the stream will contain; required on the first call, and if
+            given later it must be the same.
+        n_data : int, optional
+            N, the number of training rows that scales the data term of the ELBO (a
+            minibatch of B rows counts N / B times). By default the number of rows seen
+            so far (``n_rows_seen_``, this call's included): right for a stream of new
+            rows. When the calls pass over one data set several times, give its size.
+
+        Returns
+        -------
+        self : SparseGPClassifier
+        """
+        first = not hasattr(self, "variational_state_")
+        if first:
+            check_basis_options(self.basis, self.n_orthogonal, self.backend)
+            if classes is None:
+                raise ValueError("classes must be passed on the first call to partial_fit")
+        if classes is not None:
+            classes = np.unique(np.asarray(classes))
+            if not first and not np.array_equal(classes, self.classes_):
+                raise ValueError(
+                    f"classes={classes.tolist()} differs from the classes of the first call "
+                    f"({self.classes_.tolist()})"
+                )
+            self._check_classes(classes)
+        stream = getattr(self, "_stream_state", None)
+        rng = generator_from(self.random_state) if stream is None else stream.rng
+        rows, y = training_rows(self, X, y, rng, reset=first)
+        check_classification_targets(y)
+        if first:
+            self.classes_ = classes
+            self.likelihood_ = resolve_likelihood(self.likelihood, len(classes))
+        Y = self._encode(y)
+        n_seen = rows.n_rows + (0 if first else self.n_rows_seen_)
+        n_total = check_n_data(n_data, n_seen)
+        model = self._initial_model(rows.sample, n_total, rng) if first else self._fitted_model(n_total)
+        steps_done = 0 if first else self.n_steps_
+        if stream is None:
+            x_scale = feature_scale(rows.sample)
+            schedule, adam = make_optimisers(self, model, x_scale, False, False, steps_done, falling_elbo_backoff=False)
+            stream = StreamState(adam, schedule, rng, x_scale)
+        history = run_partial_pass(self, model, rows, Y, stream)
+        record_fit(self, model, history, stream.schedule, steps_done, append=not first)
+        self.n_rows_seen_ = n_seen
+        self._stream_state = stream
         return self
 
     # --- prediction -----------------------------------------------------------------
+    def _map_dask(self, method, X):
+        """``method`` over the row chunks of a Dask array X: Dask arrays, computed lazily."""
+        check_is_fitted(self)
+        from ._dask import map_rows
+
+        return map_rows(method, X)
+
     def _latent(self, X):
         """Latent mean (n, P) and variance (n, P) of the fitted model."""
         check_is_fitted(self)
@@ -320,6 +415,8 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         mean : ndarray of shape (n_samples,) for two classes with a probit or logit link, else (n_samples, n_classes)
         var : ndarray of the same shape as ``mean``
         """
+        if is_dask_collection(X):
+            return self._map_dask(self.latent_mean_and_variance, X)
         mean, var = self._latent(X)
         if mean.shape[1] == 1:
             return mean[:, 0], var[:, 0]
@@ -337,6 +434,8 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         ndarray of shape (n_samples, n_classes)
             Columns in the order of ``classes_``; rows sum to one.
         """
+        if is_dask_collection(X):
+            return self._map_dask(self.predict_proba, X)
         mean, var = self._latent(X)
         likelihood = make_likelihood(self.likelihood_, len(self.classes_))
         proba = likelihood.predict_proba(mean, var)
@@ -356,6 +455,8 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         -------
         ndarray of shape (n_samples, n_classes)
         """
+        if is_dask_collection(X):
+            return self._map_dask(self.predict_log_proba, X)
         with np.errstate(divide="ignore"):
             return np.log(self.predict_proba(X))
 
@@ -371,6 +472,8 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         ndarray of shape (n_samples,)
             Labels from ``classes_``.
         """
+        if is_dask_collection(X):
+            return self._map_dask(self.predict, X)
         proba = self.predict_proba(X)
         return self.classes_[np.argmax(proba, axis=1)]
 

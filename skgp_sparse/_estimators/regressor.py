@@ -13,13 +13,20 @@ from ..kernels import compile_kernel
 from ..likelihoods import GaussianLikelihood, NoiseParameter
 from ._common import (
     COMMON_CONSTRAINTS,
+    StreamState,
     check_basis_options,
+    check_n_data,
+    feature_scale,
     generator_from,
     initial_inducing_points,
+    is_dask_collection,
     latent_in_chunks,
+    make_optimisers,
     record_fit,
     resolve_kernel,
+    run_partial_pass,
     run_training,
+    training_rows,
 )
 
 
@@ -35,9 +42,10 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
     Parameters
     ----------
     kernel : kernel instance from :mod:`sklearn.gaussian_process.kernels`, default=None
-        Prior covariance of the latent function. None means
-        ``ConstantKernel(1.0) * RBF(np.ones(n_features))`` with learnable amplitude and
-        one length scale per feature. Hyperparameters with ``"fixed"`` bounds stay fixed
+        Prior covariance of the latent function. None means ``ConstantKernel(1.0) *
+        RBF(length_scale=s)`` with learnable amplitude and one length scale per feature,
+        starting at each feature's standard deviation ``s`` (1 for a constant feature)
+        and bounded to ``[1e-5 s, 1e5 s]``. Hyperparameters with ``"fixed"`` bounds stay fixed
         and the others stay within their bounds. A ``WhiteKernel`` term added at the top
         level (``k + WhiteKernel()``) is taken as the observation noise: it replaces
         ``noise_variance`` and its bounds, and ``kernel_`` reports the fitted level, as in
@@ -115,9 +123,12 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
     noise_variance_ : float
         Fitted observation-noise variance (normalised scale when ``normalize_y``).
     n_iter_ : int
-        Number of epochs run.
+        Number of epochs run (one more per ``partial_fit`` call).
     n_steps_ : int
-        Number of minibatch steps run (including earlier fits continued by ``warm_start``).
+        Number of minibatch steps run (including earlier fits continued by ``warm_start``
+        or ``partial_fit``).
+    n_rows_seen_ : int
+        Rows of the last ``fit``, plus those of the ``partial_fit`` calls since.
     loss_curve_ : list of float
         Mean minibatch ELBO estimate of each epoch (nats, full-data scale).
     converged_ : bool
@@ -242,13 +253,34 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
             natural=self.variational_optimizer == "natural",
         )
 
+    def _scale_targets(self, y):
+        """y on the scale of the first fit (partial_fit calls after the first)."""
+        y2 = y.reshape(-1, 1) if y.ndim == 1 else y
+        if y2.shape[1] != self._y_train_mean.shape[0]:
+            raise ValueError(
+                f"y has {y2.shape[1]} target column(s) but the model was fitted to {self._y_train_mean.shape[0]}"
+            )
+        return (y2 - self._y_train_mean) / self._y_train_std
+
+    def _initial_model(self, sample, n_outputs, n_data, rng):
+        """A fresh model: kernel, inducing inputs from ``sample``, q(u) at the prior."""
+        kernel = resolve_kernel(self.kernel, sample.shape[1], feature_scale(sample))
+        Z = initial_inducing_points(self, sample, kernel, rng)
+        # Gaussian noise is shared by the outputs, so they share one covariance.
+        state = BASES[self.basis].init_state(
+            Z, n_outputs=n_outputs, n_covariances=1, n_orthogonal=self.n_orthogonal
+        )
+        return self._build_model(kernel, state, n_data)
+
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         """Fit the sparse GP to training data.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like of shape (n_samples, n_features), or a Dask array
+            A Dask array is streamed chunk by chunk and never held in memory whole
+            (see the scaling guide).
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
             Targets; several columns share the kernel and the inducing inputs, each with
             its own variational mean.
@@ -258,27 +290,74 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         self : SparseGPRegressor
         """
         check_basis_options(self.basis, self.n_orthogonal, self.backend)
-        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64)
-        Y = self._normalise_targets(y)
         rng = generator_from(self.random_state)
+        rows, y = training_rows(self, X, y, rng, multi_output=True, y_numeric=True)
+        Y = self._normalise_targets(y)
         warm = self.warm_start and hasattr(self, "variational_state_")
         if warm:
             if self.variational_state_.q_mean.shape[1] != Y.shape[1]:
                 raise ValueError("warm_start needs the same number of targets as the previous fit")
-            model = self._fitted_model(X.shape[0])
+            model = self._fitted_model(rows.n_rows)
         else:
-            kernel = resolve_kernel(self.kernel, X.shape[1])
-            Z = initial_inducing_points(self, X, kernel, rng)
-            # Gaussian noise is shared by the outputs, so they share one covariance.
-            state = BASES[self.basis].init_state(
-                Z, n_outputs=Y.shape[1], n_covariances=1, n_orthogonal=self.n_orthogonal
-            )
-            model = self._build_model(kernel, state, X.shape[0])
+            model = self._initial_model(rows.sample, Y.shape[1], rows.n_rows, rng)
         steps_done = self.n_steps_ if warm else 0
-        history, schedule = run_training(self, model, X, Y, rng, conjugate=True, steps_done=steps_done)
+        history, schedule = run_training(self, model, rows, Y, rng, conjugate=True, steps_done=steps_done)
 
         self.noise_variance_ = model.noise.value
         record_fit(self, model, history, schedule, steps_done)
+        self.n_rows_seen_ = rows.n_rows
+        self._stream_state = None
+        return self
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def partial_fit(self, X, y, n_data=None):
+        """One pass of minibatch steps over (X, y), continuing the current fit.
+
+        The first call (on an unfitted estimator) initialises the model from these rows:
+        the inducing inputs, the feature spreads and, with ``normalize_y``, the target
+        mean and scale, which later calls keep. Later calls (or calls after :meth:`fit`)
+        continue the same optimisation: q(u), kernel, noise and inducing inputs, the
+        natural-step schedule and Adam's moments carry on. ``max_iter``, ``tol`` and
+        ``warm_start`` play no part.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), or a Dask array
+        y : array-like of shape (n_samples,) or (n_samples, n_targets)
+        n_data : int, optional
+            N, the number of training rows that scales the data term of the ELBO (a
+            minibatch of B rows counts N / B times). By default the number of rows seen
+            so far (``n_rows_seen_``, this call's included): right for a stream of new
+            rows. When the calls pass over one data set several times, give its size.
+
+        Returns
+        -------
+        self : SparseGPRegressor
+        """
+        first = not hasattr(self, "variational_state_")
+        if first:
+            check_basis_options(self.basis, self.n_orthogonal, self.backend)
+        stream = getattr(self, "_stream_state", None)
+        rng = generator_from(self.random_state) if stream is None else stream.rng
+        rows, y = training_rows(self, X, y, rng, reset=first, multi_output=True, y_numeric=True)
+        n_seen = rows.n_rows + (0 if first else self.n_rows_seen_)
+        n_total = check_n_data(n_data, n_seen)
+        if first:
+            model = self._initial_model(rows.sample, self._normalise_targets(y).shape[1], n_total, rng)
+            Y = self._scale_targets(y)
+        else:
+            Y = self._scale_targets(y)
+            model = self._fitted_model(n_total)
+        steps_done = 0 if first else self.n_steps_
+        if stream is None:
+            x_scale = feature_scale(rows.sample)
+            schedule, adam = make_optimisers(self, model, x_scale, True, False, steps_done, falling_elbo_backoff=False)
+            stream = StreamState(adam, schedule, rng, x_scale)
+        history = run_partial_pass(self, model, rows, Y, stream)
+        self.noise_variance_ = model.noise.value
+        record_fit(self, model, history, stream.schedule, steps_done, append=not first)
+        self.n_rows_seen_ = n_seen
+        self._stream_state = stream
         return self
 
     # --- prediction -----------------------------------------------------------------
@@ -306,7 +385,12 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         -------
         mean : ndarray of shape (n_samples,) or (n_samples, n_targets)
         var : ndarray of shape (n_samples,) or (n_samples, n_targets)
+            Dask arrays when X is a Dask array.
         """
+        if is_dask_collection(X):
+            from ._dask import map_rows
+
+            return map_rows(self.latent_mean_and_variance, X)
         mean, var = self._latent(X)
         scale = self._y_train_std
         mean = mean * scale + self._y_train_mean
@@ -318,11 +402,13 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like of shape (n_samples, n_features), or a Dask array
+            For a Dask array the results are Dask arrays, computed chunk by chunk.
         return_std : bool, default=False
             Also return the predictive standard deviation of y.
         return_cov : bool, default=False
-            Also return the joint predictive covariance of y (O(n^2) memory).
+            Also return the joint predictive covariance of y (O(n^2) memory; not for
+            Dask input).
 
         Returns
         -------
@@ -333,6 +419,12 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         if return_std and return_cov:
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
         check_is_fitted(self)
+        if is_dask_collection(X):
+            if return_cov:
+                raise ValueError("return_cov=True is not available for a Dask array (it is n x n); use return_std")
+            from ._dask import map_rows
+
+            return map_rows(lambda rows: self.predict(rows, return_std=return_std), X)
         scale = self._y_train_std
         if return_cov:
             mean, cov = self._latent(X, full_cov=True)

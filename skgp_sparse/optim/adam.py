@@ -11,6 +11,11 @@ class Adam:
     learning_rate : float
     beta1, beta2, eps : float
         The usual moment decay rates and denominator guard.
+    step_scales : dict of name -> array, optional
+        Per-parameter multipliers of the learning rate, broadcast against the parameter.
+        Adam's steps have the size of the learning rate whatever the gradient's scale, so
+        a parameter measured in data units (inducing inputs) needs its step in those
+        units: the estimators pass each feature's spread here.
 
     Notes
     -----
@@ -20,8 +25,9 @@ class Adam:
     how sklearn-style hyperparameter bounds hold.
     """
 
-    def __init__(self, learning_rate=0.01, beta1=0.9, beta2=0.999, eps=1e-8):
+    def __init__(self, learning_rate=0.01, beta1=0.9, beta2=0.999, eps=1e-8, step_scales=None):
         self.learning_rate = learning_rate
+        self.step_scales = {} if step_scales is None else dict(step_scales)
         self.beta1 = beta1
         self.beta2 = beta2
         self.eps = eps
@@ -54,7 +60,8 @@ class Adam:
             m = b1 * m + (1.0 - b1) * g
             v = b2 * v + (1.0 - b2) * g * g
             self._m[name], self._v[name] = m, v
-            new = value + self.learning_rate * (m / corr1) / (np.sqrt(v / corr2) + self.eps)
+            rate = self.learning_rate * self.step_scales.get(name, 1.0)
+            new = value + rate * (m / corr1) / (np.sqrt(v / corr2) + self.eps)
             if bounds is not None and name in bounds:
                 low, high = bounds[name]
                 new = np.clip(new, low, high)

@@ -19,14 +19,19 @@ class History:
     elbo : list of float
         Mean of the minibatch ELBO estimates over each epoch (nats, full-data scale).
     n_epochs, n_steps : int
+        Completed epochs and steps.
     converged : bool
         Whether the tolerance stopped the fit before ``max_iter``.
+    interrupted : bool
+        Whether a KeyboardInterrupt (Ctrl-C) ended the fit; the model then holds the
+        parameters of the last completed step.
     """
 
     elbo: list = field(default_factory=list)
     n_epochs: int = 0
     n_steps: int = 0
     converged: bool = False
+    interrupted: bool = False
 
 
 def _batches(n, batch_size, rng):
@@ -38,9 +43,45 @@ def _batches(n, batch_size, rng):
         yield np.sort(order[start : start + batch_size])
 
 
+def array_batches(X, Y, batch_size):
+    """The default batch source: each epoch, shuffled minibatches of ``batch_size`` rows.
+
+    Returns
+    -------
+    callable
+        ``batches(rng)`` -> iterator of ``(X_batch, Y_batch)`` covering every row once.
+    """
+
+    def batches(rng):
+        for rows in _batches(X.shape[0], batch_size, rng):
+            yield X[rows], Y[rows]
+
+    return batches
+
+
+def _snapshot(model):
+    """Copies of everything one step changes: enough to undo a half-committed step."""
+    return model.state, {name: np.array(value, copy=True) for name, value in model.adam_params().items()}
+
+
+def _restore(model, snapshot):
+    state, params = snapshot
+    model.state = state
+    model.set_adam_params(params)
+
+
+def _check_finite(result, epoch):
+    if not np.isfinite(result.elbo) or not all(np.all(np.isfinite(g)) for g in result.grads.values()):
+        raise NonFiniteELBOError(
+            f"the ELBO or its gradient became non-finite at epoch {epoch}. "
+            "Try standardising X and y (normalize_y=True), a smaller learning_rate or "
+            "natural_step_size, or tighter kernel hyperparameter bounds."
+        )
+
+
 def train(
     model, X, Y, *, batch_size, max_iter, tol, n_iter_no_change, schedule, adam, rng, verbose=0, history=None,
-    callback=None,
+    callback=None, batches=None, n_rows=None,
 ):
     """Fit ``model`` (a :class:`skgp_sparse.elbo.VariationalModel`) in place.
 
@@ -52,48 +93,73 @@ def train(
     improved by more than ``tol`` for ``n_iter_no_change`` consecutive epochs.
     ``callback(model, history)``, if given, runs after every epoch (benchmarks use it to
     follow a test metric).
+
+    ``batches(rng)``, if given, replaces the shuffled minibatches of (X, Y): it yields the
+    ``(X_batch, Y_batch)`` of one epoch (the Dask path streams chunks this way); X and Y
+    are then not read, and ``n_rows`` (default ``X.shape[0]``) is the number of rows of
+    an epoch, which turns the epoch ELBO into the per-row value that ``tol`` compares.
+
+    A KeyboardInterrupt (Ctrl-C) ends the fit at the last completed step: a step is
+    computed in full before any parameter changes, and one interrupted while its new
+    parameters were being stored is undone, so the model is always that of a whole step.
+    ``history.interrupted`` is then True. An interrupt before the first step completes
+    is raised again (there is no fit to keep).
     """
     history = History() if history is None else history
-    n = X.shape[0]
+    if batches is None:
+        batches = array_batches(X, Y, batch_size)
+    n = X.shape[0] if n_rows is None else n_rows
     best = -np.inf
     stale = 0
     start = time.perf_counter()
+    steps_before = history.n_steps
+    snapshot = None
     for _ in range(max_iter):
-        total, count = 0.0, 0
-        for rows in _batches(n, batch_size, rng):
-            xb, yb = X[rows], Y[rows]
-            result = model.evaluate(xb, yb)
-            if not np.isfinite(result.elbo) or not all(np.all(np.isfinite(g)) for g in result.grads.values()):
-                raise NonFiniteELBOError(
-                    f"the ELBO or its gradient became non-finite at epoch {history.n_epochs + 1}. "
-                    "Try standardising X and y (normalize_y=True), a smaller learning_rate or "
-                    "natural_step_size, or tighter kernel hyperparameter bounds."
+        total, count, epoch_open = 0.0, 0, True
+        try:
+            for xb, yb in batches(rng):
+                result = model.evaluate(xb, yb)
+                _check_finite(result, history.n_epochs + 1)
+                new_state, _ = schedule.apply(lambda size: model.natural_step(result, size))
+                new_params = adam.step(model.adam_params(), result.grads, model.adam_bounds())
+                # The commit: two stores that must happen together (undone if interrupted).
+                snapshot = _snapshot(model)
+                model.state = new_state
+                model.set_adam_params(new_params)
+                snapshot = None
+                total += result.elbo
+                count += 1
+                history.n_steps += 1
+            epoch_open = False
+            history.n_epochs += 1
+            epoch_elbo = total / count
+            history.elbo.append(epoch_elbo)
+            if verbose:
+                print(
+                    f"epoch {history.n_epochs:4d}  ELBO {epoch_elbo: .6e}  "
+                    f"elapsed {time.perf_counter() - start:8.2f} s"
                 )
-            new_state, _ = schedule.apply(lambda size: model.natural_step(result, size))
-            new_params = adam.step(model.adam_params(), result.grads, model.adam_bounds())
-            model.state = new_state
-            model.set_adam_params(new_params)
-            total += result.elbo
-            count += 1
-            history.n_steps += 1
-        history.n_epochs += 1
-        epoch_elbo = total / count
-        history.elbo.append(epoch_elbo)
-        if verbose:
-            print(
-                f"epoch {history.n_epochs:4d}  ELBO {epoch_elbo: .6e}  "
-                f"elapsed {time.perf_counter() - start:8.2f} s"
-            )
-        if callback is not None:
-            callback(model, history)
-        per_row = epoch_elbo / n
-        schedule.end_epoch(per_row)
-        if per_row > best + tol:
-            stale = 0
-        else:
-            stale += 1
-        best = max(best, per_row)
-        if stale >= n_iter_no_change:
-            history.converged = True
+            if callback is not None:
+                callback(model, history)
+            per_row = epoch_elbo / n
+            schedule.end_epoch(per_row)
+            if per_row > best + tol:
+                stale = 0
+            else:
+                stale += 1
+            best = max(best, per_row)
+            if stale >= n_iter_no_change:
+                history.converged = True
+                break
+        except KeyboardInterrupt:
+            if snapshot is not None:
+                _restore(model, snapshot)
+            if history.n_steps == steps_before:
+                raise
+            history.interrupted = True
+            if epoch_open and count:
+                # The partial epoch counts: its mean ELBO is over the steps it completed.
+                history.n_epochs += 1
+                history.elbo.append(total / count)
             break
     return history
