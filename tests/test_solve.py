@@ -414,8 +414,9 @@ def test_regressor_fits_and_pickles(optimizer):
     X, y = toy(300)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        reg = SparseGPRegressor(basis="solve", n_inducing=10, n_orthogonal=10, max_iter=30, batch_size=100,
-                                variational_optimizer=optimizer, learning_rate=0.05, random_state=0).fit(X, y)
+        # Adam on q(u) needs more epochs than natural steps to get as far.
+        reg = SparseGPRegressor(basis="solve", n_inducing=10, n_orthogonal=10, batch_size=100,
+                                max_iter=30 if optimizer == "natural" else 80, variational_optimizer=optimizer, learning_rate=0.05, random_state=0).fit(X, y)
     assert reg.orthogonal_points_.shape == (10, 2) and reg.inducing_points_.shape == (10, 2)
     Xt, yt = toy(200, seed=1)
     assert reg.score(Xt, yt) > 0.8
@@ -429,10 +430,10 @@ def test_classifiers_fit_binary_and_multiclass():
     X, y = toy(300)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        binary = SparseGPClassifier(basis="solve", n_inducing=8, n_orthogonal=8, max_iter=15, batch_size=100,
+        binary = SparseGPClassifier(basis="solve", n_inducing=8, n_orthogonal=8, max_iter=40, batch_size=100,
                                     random_state=0).fit(X, (y > 0).astype(int))
         labels = (y > 0).astype(int) + (X[:, 1] > 1)
-        multi = SparseGPClassifier(basis="solve", n_inducing=8, n_orthogonal=6, max_iter=15, batch_size=100,
+        multi = SparseGPClassifier(basis="solve", n_inducing=8, n_orthogonal=6, max_iter=40, batch_size=100,
                                    random_state=0).fit(X, labels)
     assert binary.score(X, (y > 0).astype(int)) > 0.8
     assert multi.score(X, labels) > 0.7
