@@ -181,6 +181,8 @@ def record_fit(estimator, model, history, schedule, steps_done):
     estimator.loss_curve_ = history.elbo
     estimator.converged_ = history.converged
     estimator.n_natural_backoffs_ = schedule.n_backoffs
+    if history.diagnostics:
+        estimator.diagnostics_ = history.diagnostics
     estimator.predictor_ = model.predictor()
 
 

@@ -74,8 +74,12 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         ``"probit"`` for two classes and ``"robustmax"`` for more.
     basis : {"coupled", "orth_decoupled", "solve", "inverse_free"}, default="coupled"
         Variational family. ``"coupled"`` is SVGP (Hensman et al. 2015 for
-        classification). The other three are announced and raise ``NotImplementedError``
-        until they land.
+        classification). ``"inverse_free"`` is the
+        improved inverse-free bound (van der Wilk et al.): matrix products only, no
+        decomposition of a kernel matrix; its natural steps are product-only
+        approximations (docs/bases/inverse_free.md) and ``diagnostics_`` records
+        ||(K + Sigma) T - I||_F per epoch. ``"orth_decoupled"`` and ``"solve"`` are
+        announced and raise ``NotImplementedError`` until they land.
     n_inducing : int, default=256
         Number of inducing inputs (clipped to the number of distinct training rows,
         with a warning when it exceeds the number of samples).
@@ -149,6 +153,9 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
     n_natural_backoffs_ : int
         Halvings of the natural step: after a precision that was not positive definite,
         or after an epoch whose ELBO fell.
+    diagnostics_ : list of dict
+        Per-epoch diagnostics of bases that offer them (``"inverse_free"``:
+        ``t_residual`` = ||(K + Sigma) T - I||_F).
     variational_state_ : object
         The basis's fitted parameters (plain numpy arrays).
     n_features_in_ : int

@@ -43,8 +43,12 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         ``noise_variance`` and its bounds, and ``kernel_`` reports the fitted level, as in
         :class:`~sklearn.gaussian_process.GaussianProcessRegressor`.
     basis : {"coupled", "orth_decoupled", "solve", "inverse_free"}, default="coupled"
-        Variational family. ``"coupled"`` is SVGP (Titsias 2009; Hensman et al. 2013). The
-        other three are announced and raise ``NotImplementedError`` until they land.
+        Variational family. ``"coupled"`` is SVGP (Titsias 2009; Hensman et al. 2013). ``"inverse_free"`` is the
+        improved inverse-free bound (van der Wilk et al.): matrix products only, no
+        decomposition of a kernel matrix; its natural steps are product-only
+        approximations (docs/bases/inverse_free.md) and ``diagnostics_`` records
+        ||(K + Sigma) T - I||_F per epoch. ``"orth_decoupled"`` and ``"solve"`` are
+        announced and raise ``NotImplementedError`` until they land.
     n_inducing : int, default=256
         Number of inducing inputs (clipped to the number of distinct training rows,
         with a warning when it exceeds the number of samples).
@@ -121,6 +125,9 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         Relative jitter that the Cholesky of K(Z, Z) needed (``jitter`` unless retries raised it).
     n_natural_backoffs_ : int
         Natural steps that were halved because their precision was not positive definite.
+    diagnostics_ : list of dict
+        Per-epoch diagnostics of bases that offer them (``"inverse_free"``:
+        ``t_residual`` = ||(K + Sigma) T - I||_F).
     variational_state_ : object
         The basis's fitted parameters (plain numpy arrays).
     n_features_in_ : int

@@ -17,13 +17,13 @@ Adam instead of natural steps with ``variational_optimizer="adam"``). A state ha
 the basis has a second inducing set.
 """
 
-from . import coupled
+from . import coupled, inverse_free
 
 #: Bases that are implemented, by the name used in ``basis=``.
-BASES = {"coupled": coupled}
+BASES = {"coupled": coupled, "inverse_free": inverse_free}
 #: Bases announced in the documentation whose implementation has not landed yet.
-PLANNED_BASES = ("orth_decoupled", "solve", "inverse_free")
+PLANNED_BASES = ("orth_decoupled", "solve")
 #: Bases that use ``n_orthogonal``.
 ORTHOGONAL_BASES = ("orth_decoupled", "solve")
 
-__all__ = ["BASES", "PLANNED_BASES", "ORTHOGONAL_BASES", "coupled"]
+__all__ = ["BASES", "PLANNED_BASES", "ORTHOGONAL_BASES", "coupled", "inverse_free"]

@@ -21,12 +21,15 @@ class History:
     n_epochs, n_steps : int
     converged : bool
         Whether the tolerance stopped the fit before ``max_iter``.
+    diagnostics : list of dict
+        The basis's end-of-epoch diagnostics (bases without ``diagnostics``: empty).
     """
 
     elbo: list = field(default_factory=list)
     n_epochs: int = 0
     n_steps: int = 0
     converged: bool = False
+    diagnostics: list = field(default_factory=list)
 
 
 def _batches(n, batch_size, rng):
@@ -79,6 +82,9 @@ def train(
         history.n_epochs += 1
         epoch_elbo = total / count
         history.elbo.append(epoch_elbo)
+        diagnostics = model.diagnostics()
+        if diagnostics:
+            history.diagnostics.append(diagnostics)
         if verbose:
             print(
                 f"epoch {history.n_epochs:4d}  ELBO {epoch_elbo: .6e}  "
