@@ -174,5 +174,10 @@ class VariationalModel:
         kl = self.basis.kl_divergence(self.kernel, self.state, self.jitter)
         return self.expected_log_lik_sum(X, Y, chunk_size) - kl
 
+    def diagnostics(self):
+        """The basis's diagnostics of the current state (``{}`` when it offers none)."""
+        fn = getattr(self.basis, "diagnostics", None)
+        return {} if fn is None else fn(self.kernel, self.state, self.jitter)
+
     def predictor(self):
         return self.basis.make_predictor(self.kernel, self.state, self.jitter)

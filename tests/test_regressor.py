@@ -228,12 +228,6 @@ def test_elbo_is_below_the_exact_log_marginal_likelihood():
 
 
 # --- errors that name the problem ---------------------------------------------------
-@pytest.mark.parametrize("basis", ["inverse_free"])
-def test_planned_bases_say_not_available_yet(basis):
-    with pytest.raises(NotImplementedError, match="not available yet"):
-        SparseGPRegressor(basis=basis).fit(*toy(20))
-
-
 def test_unknown_basis_and_bad_counts():
     with pytest.raises(ValueError, match="basis"):
         SparseGPRegressor(basis="magic").fit(*toy(20))

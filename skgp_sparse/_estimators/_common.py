@@ -14,7 +14,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import validate_data
 
-from ..bases import BASES, ORTHOGONAL_BASES, PLANNED_BASES
+from ..bases import BASES, ORTHOGONAL_BASES
 from ..inducing import METHODS as INDUCING_METHODS
 from ..inducing import initial_inducing
 from ..kernels import compile_kernel
@@ -26,7 +26,7 @@ PREDICT_CHUNK = 4096
 
 COMMON_CONSTRAINTS = {
     "kernel": [None, Kernel],
-    "basis": [StrOptions(set(BASES) | set(PLANNED_BASES))],
+    "basis": [StrOptions(set(BASES))],
     "n_inducing": [Interval(Integral, 1, None, closed="left")],
     "n_orthogonal": [Interval(Integral, 0, None, closed="left")],
     "batch_size": [None, Interval(Integral, 1, None, closed="left")],
@@ -53,11 +53,6 @@ ELBO_DROP_TOL = 1e-2
 
 def check_basis_options(basis, n_orthogonal, backend):
     """Refuse combinations that cannot work, with a message that says why."""
-    if basis in PLANNED_BASES:
-        raise NotImplementedError(
-            f"basis={basis!r} is not available yet in this version of skgp_sparse; "
-            f"available: {sorted(BASES)}"
-        )
     if n_orthogonal != 0 and basis not in ORTHOGONAL_BASES:
         raise ValueError(
             f"n_orthogonal={n_orthogonal} is only used by the bases {list(ORTHOGONAL_BASES)}; "
@@ -336,6 +331,8 @@ def record_fit(estimator, model, history, schedule, steps_done, append=False):
     estimator.loss_curve_ = (list(estimator.loss_curve_) if append else []) + list(history.elbo)
     estimator.converged_ = history.converged
     estimator.n_natural_backoffs_ = schedule.n_backoffs
+    if history.diagnostics:
+        estimator.diagnostics_ = history.diagnostics
     estimator.predictor_ = model.predictor()
 
 

@@ -87,7 +87,10 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         docs/bases/orth_decoupled.md). ``"solve"`` is SOLVE-GP (Shi et al. 2020):
         ``n_inducing`` points Z plus ``n_orthogonal`` points O of the residual process,
         each block with its own natural steps (see docs/bases/solve.md).
-        ``"inverse_free"`` is announced and raises ``NotImplementedError`` until it lands.
+        ``"inverse_free"`` is the improved inverse-free bound (van der Wilk et al.):
+        matrix products only, no decomposition of a kernel matrix in a training step;
+        ``diagnostics_`` records ||(K + Sigma) T - I||_F per epoch (see
+        docs/bases/inverse_free.md).
     n_inducing : int, default=256
         Number of inducing inputs (clipped to the number of distinct training rows,
         with a warning when it exceeds the number of samples).
@@ -164,6 +167,9 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
     n_natural_backoffs_ : int
         Halvings of the natural step: after a precision that was not positive definite,
         or after an epoch whose ELBO fell.
+    diagnostics_ : list of dict
+        Per-epoch diagnostics of bases that offer them (``"inverse_free"``:
+        ``t_residual`` = ||(K + Sigma) T - I||_F).
     variational_state_ : object
         The basis's fitted parameters (plain numpy arrays).
     n_features_in_ : int

@@ -17,13 +17,11 @@ Adam instead of natural steps with ``variational_optimizer="adam"``). A state ha
 the basis has a second inducing set.
 """
 
-from . import coupled, orth_decoupled, solve
+from . import coupled, inverse_free, orth_decoupled, solve
 
-#: Bases that are implemented, by the name used in ``basis=``.
-BASES = {"coupled": coupled, "orth_decoupled": orth_decoupled, "solve": solve}
-#: Bases announced in the documentation whose implementation has not landed yet.
-PLANNED_BASES = ("inverse_free",)
+#: Bases by the name used in ``basis=``.
+BASES = {"coupled": coupled, "orth_decoupled": orth_decoupled, "solve": solve, "inverse_free": inverse_free}
 #: Bases that use ``n_orthogonal``.
 ORTHOGONAL_BASES = ("orth_decoupled", "solve")
 
-__all__ = ["BASES", "PLANNED_BASES", "ORTHOGONAL_BASES", "coupled", "orth_decoupled", "solve"]
+__all__ = ["BASES", "ORTHOGONAL_BASES", "coupled", "orth_decoupled", "solve", "inverse_free"]

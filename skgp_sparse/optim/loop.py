@@ -25,6 +25,8 @@ class History:
     interrupted : bool
         Whether a KeyboardInterrupt (Ctrl-C) ended the fit; the model then holds the
         parameters of the last completed step.
+    diagnostics : list of dict
+        The basis's end-of-epoch diagnostics (bases without ``diagnostics``: empty).
     """
 
     elbo: list = field(default_factory=list)
@@ -32,6 +34,7 @@ class History:
     n_steps: int = 0
     converged: bool = False
     interrupted: bool = False
+    diagnostics: list = field(default_factory=list)
 
 
 def _batches(n, batch_size, rng):
@@ -134,6 +137,9 @@ def train(
             history.n_epochs += 1
             epoch_elbo = total / count
             history.elbo.append(epoch_elbo)
+            diagnostics = model.diagnostics()
+            if diagnostics:
+                history.diagnostics.append(diagnostics)
             if verbose:
                 print(
                     f"epoch {history.n_epochs:4d}  ELBO {epoch_elbo: .6e}  "
