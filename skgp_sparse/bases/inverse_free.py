@@ -47,8 +47,11 @@ diagonal at least halves rather than changes sign.
 (P T - I) A_d + A_d (T P - I) + 1/2 (T^-1 - P), A_d = K/2 - W_h, vanishes there). So T
 is moved by the factor step with A = P (the natural gradient of the -1/2 tr(P T) +
 1/2 log|T| part of eq. 21, whose maximiser P^-1 is shared with the whole T-problem);
-the data-weighted part would only rescale the step. Each training step runs it up to
-``T_ITERATIONS`` times, until ||L^T P L - I||_F < ``T_TOLERANCE``.
+the data-weighted part would only rescale the step. Each training evaluation first runs
+it up to ``T_ITERATIONS`` times against the current K + Sigma, until
+||L^T P L - I||_F < ``T_TOLERANCE`` (at the start of the evaluation, not the end of the
+natural step, so that T also follows the Adam step that moved K in between). The bound
+is valid for every T, so this inner solve never invalidates it.
 
 *Sigma.* With T fixed the bound in Sigma is tr(Sigma G) + 1/2 log|Sigma| with
 G = T W_h T - 1/2 (T K T + T), W_h = K_zb diag(h) K_zb^T (h = dF/dvar): a Gaussian
@@ -86,9 +89,9 @@ ADAM_FIELDS = ()
 #: Fields that Adam moves instead of the product-only steps (variational_optimizer="adam").
 VARIATIONAL_FIELDS = ("q_mean", "sigma_sqrt", "t_sqrt")
 
-#: Most factor steps of T per training step, and the residual ||L_t^T P L_t - I||_F
+#: Most factor steps of T per training evaluation, and the residual ||L_t^T P L_t - I||_F
 #: below which they stop early.
-T_ITERATIONS = 3
+T_ITERATIONS = 4
 T_TOLERANCE = 1e-3
 #: Initial Sigma relative to the kernel's variance. Small: the Sigma step converges in
 #: one or two steps from below in the directions the data inform (from far above it
@@ -106,6 +109,9 @@ class InverseFreeState:
     ----------
     inducing : ndarray of shape (M, D)
         Inducing inputs Z.
+    refine_t : bool
+        Whether a training evaluation first refines T against the current K + Sigma (set
+        on states made by :func:`natural_step`; with Adam on T it stays False).
     q_mean : ndarray of shape (M, P)
         mu, one column per output: the latent mean is K(x, Z) mu.
     sigma_sqrt : ndarray of shape (C, M, M) or None
@@ -119,13 +125,15 @@ class InverseFreeState:
     sigma_sqrt: np.ndarray = None
     t_sqrt: np.ndarray = None
     n_covariances: int = 1
+    refine_t: bool = False
 
     def copy(self):
         def dup(a):
             return None if a is None else a.copy()
 
         return InverseFreeState(
-            self.inducing.copy(), self.q_mean.copy(), dup(self.sigma_sqrt), dup(self.t_sqrt), self.n_covariances
+            self.inducing.copy(), self.q_mean.copy(), dup(self.sigma_sqrt), dup(self.t_sqrt), self.n_covariances,
+            self.refine_t,
         )
 
     def drop_caches(self):
@@ -240,6 +248,18 @@ def middle_matrices(kzz, state):
     return es, ws
 
 
+def refine_t(kzz, state):
+    """Factor steps of T towards (K + Sigma)^-1 for the current K, in place.
+
+    Done at the start of a training evaluation rather than at the end of the natural step:
+    Adam moves K after the natural step, and a T one Adam step stale loosens the bound.
+    """
+    low_s, low_t = _lower_factors(state)
+    for c in range(low_t.shape[0]):
+        p = kzz + gram(low_s[c])
+        state.t_sqrt[c], _ = refine_inverse_factor(low_t[c], p, T_ITERATIONS, T_TOLERANCE)
+
+
 def marginals(kernel, X, state, jitter, need_grad=True):
     """Latent marginals at the rows of X under the bound (eq. 19).
 
@@ -266,6 +286,8 @@ def marginals(kernel, X, state, jitter, need_grad=True):
     else:
         kzz, kzx, kdiag = kernel(Z), kernel(Z, X), kernel.diag(X)
     ensure_initialised(kernel, state, kzz)
+    if need_grad and state.refine_t:
+        refine_t(kzz, state)
     es, ws = middle_matrices(kzz, state)
     mean = mm(kzx, state.q_mean, trans_a=True)
     w_kzx = [mm(w, kzx) for w in ws]
@@ -411,12 +433,12 @@ def natural_step(tape, state, d_mean, d_var, step):
         direction = mm(t, tri_mm(low_s, tri_mm(low_s, mm(t, grad_mean[:, cols]), trans=True)))
         new_mean[:, cols] = state.q_mean[:, cols] + rho * direction
         new_sig[c], _ = factor_step(low_s, e_s, step)
-        p_new = kzz + gram(new_sig[c])
-        new_t[c], _ = refine_inverse_factor(low_t, p_new, T_ITERATIONS, T_TOLERANCE)
+        # T follows the new Sigma (and Adam's new K) at the next training evaluation.
+        new_t[c] = low_t
     for a in (new_mean, new_sig, new_t):
         if not np.all(np.isfinite(a)):
             raise CholeskyError("the product-only natural step produced non-finite values")
-    return InverseFreeState(state.inducing, new_mean, new_sig, new_t, state.n_covariances)
+    return InverseFreeState(state.inducing, new_mean, new_sig, new_t, state.n_covariances, refine_t=True)
 
 
 # --- prediction and diagnostics --------------------------------------------------------
