@@ -330,3 +330,15 @@ def cholesky_backward(low, low_bar=None, lt_low_bar=None):
     out = x + x.T
     out *= 0.5
     return out
+
+
+def jittered_cholesky_backward(low, lt_low_bar, jitter):
+    """Adjoint of K from that of ``low = chol(K + jitter * mean(diag K) I)``
+    (:func:`jittered_cholesky`), given ``lt_low_bar = low^T dF/dlow``.
+
+    The added jitter moves with the mean diagonal, which puts ``jitter * trace(K_bar) / n``
+    back on the diagonal of the plain Cholesky adjoint.
+    """
+    k_bar = cholesky_backward(low, lt_low_bar=lt_low_bar)
+    k_bar.flat[:: k_bar.shape[0] + 1] += jitter * np.trace(k_bar) / k_bar.shape[0]
+    return k_bar

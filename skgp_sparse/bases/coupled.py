@@ -22,10 +22,10 @@ import numpy as np
 
 from ._fused import a_adjoint_inplace, add_scaled_difference_inplace, column_variances
 from ..linalg import (
-    cholesky_backward,
     gram,
     inverse_cholesky_factor,
     jittered_cholesky,
+    jittered_cholesky_backward,
     mm,
     solve_triangular,
     tri_inverse,
@@ -224,10 +224,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
         s_minus_i_w = tri_mm(state.q_sqrt[c], tri_mm(state.q_sqrt[c], w, trans=True)) - w
         lt_low_bar -= 2.0 * s_minus_i_w
     kzx_bar = solve_triangular(tape.low_k, a_bar, trans=True)
-    kzz_bar = cholesky_backward(tape.low_k, lt_low_bar=lt_low_bar)
-    # The factorised matrix is K_zz + jitter * mean(diag K_zz) * I: the jitter moves with
-    # the diagonal, which puts jitter * trace(K_bar) / M back on it.
-    kzz_bar.flat[:: kzz_bar.shape[0] + 1] += tape.jitter * np.trace(kzz_bar) / kzz_bar.shape[0]
+    kzz_bar = jittered_cholesky_backward(tape.low_k, lt_low_bar, tape.jitter)
     theta_zz, z_zz = tape.back_zz(kzz_bar)
     theta_zx, z_zx = tape.back_zx(kzx_bar)
     theta_d = tape.back_diag(h.sum(axis=1))

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import coupled
-from ..linalg import cholesky_backward, mm, solve_triangular
+from ..linalg import jittered_cholesky_backward, mm, solve_triangular
 
 #: How the gamma coefficients move: "adam" (with the kernel hyperparameters) or
 #: "diagonal" (the paper's eq. 17 inside the natural step). Read when a model is built.
@@ -299,8 +299,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal", "orth
     w_bar = w - ag
     c_bar = solve_triangular(tb.low_k, w_bar, trans=True)
     # w = L_k^-1 c: L_k^T dF/dL_k = -w_bar w^T, through the Cholesky and the relative jitter.
-    kzz_bar = cholesky_backward(tb.low_k, lt_low_bar=-mm(w_bar, w, trans_b=True))
-    kzz_bar.flat[:: kzz_bar.shape[0] + 1] += tb.jitter * np.trace(kzz_bar) / kzz_bar.shape[0]
+    kzz_bar = jittered_cholesky_backward(tb.low_k, -mm(w_bar, w, trans_b=True), tb.jitter)
     theta_zz, z_zz = tb.back_zz(kzz_bar)
     kgb_bar = mm(a, c_bar, trans_b=True)
     theta_gb, g_gb = tape.back_gb(kgb_bar)

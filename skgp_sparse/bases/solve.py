@@ -34,7 +34,7 @@ import numpy as np
 
 from . import coupled
 from ._fused import a_adjoint_inplace, add_column_squares, add_scaled_difference_inplace, prior_minus_squares
-from ..linalg import cholesky_backward, gram, jittered_cholesky, mm, solve_triangular, tri_inverse, tri_mm
+from ..linalg import gram, jittered_cholesky, jittered_cholesky_backward, mm, solve_triangular, tri_inverse, tri_mm
 
 #: Fields of the state that Adam moves when the inducing inputs are learned.
 INDUCING_FIELDS = ("inducing", "orthogonal")
@@ -298,14 +298,6 @@ def _block_adjoint(block, q_mean, q_sqrt, d_mean, h):
     return a_bar, lt_bar, a_g
 
 
-def _jittered_cholesky_backward(low, lt_low_bar, jitter):
-    """Adjoint of K from that of chol(K + jitter * mean(diag K) I)."""
-    k_bar = cholesky_backward(low, lt_low_bar=lt_low_bar)
-    # The added jitter moves with the mean diagonal: jitter * trace(K_bar) / n back on it.
-    k_bar.flat[:: k_bar.shape[0] + 1] += jitter * np.trace(k_bar) / k_bar.shape[0]
-    return k_bar
-
-
 def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal")):
     """Gradient of F(mean, var) - KL in the kernel hyperparameters, Z, O and q.
 
@@ -355,7 +347,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal")):
     b_bar, lt_lu_bar, b_g = _block_adjoint(tape.u, state.q_mean, state.q_sqrt, d_mean, h)
     d_bar, lt_lv_bar, d_g = _block_adjoint(tape.v, state.q_mean_orthogonal, state.q_sqrt_orthogonal, d_mean, h)
     cvx_bar = solve_triangular(low_v, d_bar, trans=True)
-    cvv_bar = _jittered_cholesky_backward(low_v, lt_lv_bar, tape.jitter_v)
+    cvv_bar = jittered_cholesky_backward(low_v, lt_lv_bar, tape.jitter_v)
     t = mm(cvx_bar, b, trans_b=True)
     a_cvv = mm(a_uv, cvv_bar)
     a_bar = -t.T - 2.0 * a_cvv
@@ -364,7 +356,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal")):
     lt_lu_bar += e + e.T + 2.0 * mm(a_cvv, a_uv, trans_b=True)
     kux_bar = solve_triangular(low_u, b_bar, trans=True)
     kuv_bar = solve_triangular(low_u, a_bar, trans=True)
-    kuu_bar = _jittered_cholesky_backward(low_u, lt_lu_bar, tape.jitter)
+    kuu_bar = jittered_cholesky_backward(low_u, lt_lu_bar, tape.jitter)
     m2 = cvv_bar.shape[0]
     k_all_bar = np.zeros((m + m2, m + m2))
     k_all_bar[:m, :m] = kuu_bar
