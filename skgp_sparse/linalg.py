@@ -18,6 +18,7 @@ __all__ = [
     "JitterWarning",
     "mm",
     "gram",
+    "sym_mm",
     "cholesky",
     "jittered_cholesky",
     "solve_triangular",
@@ -122,6 +123,29 @@ def gram(a, trans=False):
     out = c + c.T
     out.flat[:: out.shape[0] + 1] *= 0.5
     return out
+
+
+def sym_mm(sym, b):
+    """Product ``sym @ b`` for a symmetric ``sym`` by one SYMM (faster than GEMM in OpenBLAS).
+
+    Parameters
+    ----------
+    sym : ndarray of shape (m, m), symmetric, both triangles stored.
+    b : ndarray of shape (m, n).
+
+    Returns
+    -------
+    ndarray of shape (m, n), C-ordered.
+    """
+    dtype = np.result_type(sym.dtype, b.dtype, np.float32)
+    symm = blas.ssymm if dtype == np.float32 else blas.dsymm
+    # (sym b)^T = b^T sym: a right-side SYMM on the F view of a C-ordered b. A symmetric
+    # matrix is its own transpose, so either layout of ``sym`` is read as it is.
+    s = sym.astype(dtype, copy=False)
+    if not s.flags.f_contiguous:
+        s = s.T if s.flags.c_contiguous else np.asfortranarray(s)
+    bt = np.ascontiguousarray(b, dtype=dtype).T
+    return symm(1.0, s, bt, side=1, lower=1).T
 
 
 def _potrf(a):
@@ -230,11 +254,13 @@ def solve_triangular(low, b, trans=False):
     return x[:, 0] if vector else x
 
 
-def _triangular_right_side(routine_for, low, b, trans):
-    """``op(low)^-1 b`` (TRSM) or ``op(low) b`` (TRMM) without copying C-ordered data.
+def _triangular_right_side(routine_for, low, b, trans, right=False):
+    """``op(low)^-1 b`` (TRSM) or ``op(low) b`` (TRMM) without copying C-ordered data;
+    with ``right``, ``b op(low)`` (TRMM) instead.
 
     ``x = op(L) b`` is ``x^T = b^T op(L)^T``: a right-side operation on b^T, whose F view
     is the C-ordered b; L's F view is L (F-ordered) or its upper transpose (C-ordered).
+    ``x = b op(L)`` is likewise ``x^T = op(L)^T b^T``, a left-side operation on b^T.
     """
     dtype = np.result_type(low.dtype, b.dtype, np.float32)
     low = low.astype(dtype, copy=False)
@@ -244,7 +270,7 @@ def _triangular_right_side(routine_for, low, b, trans):
         lf, flag, lower = low.T, False, False
     # op_A must equal op(L)^T: L^T when trans is False, L when it is True.
     trans_flag = flag if not trans else not flag
-    xt = routine_for(dtype)(1.0, lf, bt, side=1, lower=lower, trans_a=int(trans_flag))
+    xt = routine_for(dtype)(1.0, lf, bt, side=0 if right else 1, lower=lower, trans_a=int(trans_flag))
     return xt.T
 
 
@@ -252,17 +278,20 @@ def _trmm_for(dtype):
     return blas.strmm if dtype == np.float32 else blas.dtrmm
 
 
-def tri_mm(low, b, trans=False):
-    """Product ``op(low) @ b`` for a lower triangular ``low``: half the flops of a GEMM.
+def tri_mm(low, b, trans=False, right=False):
+    """Product ``op(low) @ b`` (or ``b @ op(low)``) for a lower triangular ``low``: half
+    the flops of a GEMM.
 
     Parameters
     ----------
     low : ndarray of shape (m, m), lower triangular (the strict upper part is ignored).
-    b : ndarray of shape (m, n).
+    b : ndarray of shape (m, n), or (n, m) with ``right``.
     trans : bool
         Multiply by ``low.T`` instead of ``low``.
+    right : bool
+        Multiply ``b`` on the right: ``b @ op(low)``.
     """
-    return _triangular_right_side(_trmm_for, low, b, trans)
+    return _triangular_right_side(_trmm_for, low, b, trans, right)
 
 
 def cho_solve(low, b):
@@ -308,7 +337,7 @@ def _lower_operand(low):
     return np.asfortranarray(low), True, False
 
 
-def cholesky_backward(low, low_bar=None, lt_low_bar=None):
+def cholesky_backward(low, low_bar=None, lt_low_bar=None, inv_low=None):
     """Reverse-mode derivative of the Cholesky factorisation.
 
     Given ``low = chol(A)`` and the adjoint ``low_bar = dF/dlow`` (only its lower
@@ -316,10 +345,20 @@ def cholesky_backward(low, low_bar=None, lt_low_bar=None):
     symmetric perturbations ``dA`` (Murray 2016, eq. 10):
     ``A_bar = sym(L^-T Phi(L^T L_bar) L^-1)``, Phi taking the lower triangle with a halved
     diagonal. Callers that can form ``low.T @ low_bar`` more cheaply than by a product
-    pass it as ``lt_low_bar``.
+    pass it as ``lt_low_bar``; callers that hold ``inv_low = L^-1`` pass it to trade the
+    two triangular solves for two triangular products.
     """
     if lt_low_bar is None:
         lt_low_bar = tri_mm(low, np.tril(low_bar), trans=True)
+    if inv_low is not None:
+        # sym(L^-T Phi L^-1) = L^-T Y L^-1 / 2 with Y = Phi + Phi^T, the lower triangle of
+        # lt_low_bar mirrored; a congruence of a symmetric matrix is symmetric.
+        lower = np.tril(lt_low_bar)
+        mirrored = lower + lower.T
+        mirrored.flat[:: mirrored.shape[0] + 1] *= 0.5
+        out = tri_mm(inv_low, tri_mm(inv_low, mirrored, trans=True), right=True)
+        out *= 0.5
+        return out
     phi = np.asfortranarray(np.tril(lt_low_bar))
     phi[np.diag_indices_from(phi)] *= 0.5
     lf, lower, transposed = _lower_operand(low)
@@ -332,13 +371,14 @@ def cholesky_backward(low, low_bar=None, lt_low_bar=None):
     return out
 
 
-def jittered_cholesky_backward(low, lt_low_bar, jitter):
+def jittered_cholesky_backward(low, lt_low_bar, jitter, inv_low=None):
     """Adjoint of K from that of ``low = chol(K + jitter * mean(diag K) I)``
-    (:func:`jittered_cholesky`), given ``lt_low_bar = low^T dF/dlow``.
+    (:func:`jittered_cholesky`), given ``lt_low_bar = low^T dF/dlow`` (and optionally
+    ``inv_low = low^-1``, see :func:`cholesky_backward`).
 
     The added jitter moves with the mean diagonal, which puts ``jitter * trace(K_bar) / n``
     back on the diagonal of the plain Cholesky adjoint.
     """
-    k_bar = cholesky_backward(low, lt_low_bar=lt_low_bar)
+    k_bar = cholesky_backward(low, lt_low_bar=lt_low_bar, inv_low=inv_low)
     k_bar.flat[:: k_bar.shape[0] + 1] += jitter * np.trace(k_bar) / k_bar.shape[0]
     return k_bar

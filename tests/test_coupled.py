@@ -11,6 +11,17 @@ from ._reference_kernel import ReferenceRBF
 from ._gradcheck import assert_adam_gradients_match
 
 
+@pytest.fixture(params=["whitened", "folded"])
+def form(request, monkeypatch):
+    """Run a test with every training step in one form of the coupled marginals."""
+    if request.param == "whitened":
+        monkeypatch.setattr(coupled, "FOLDED_FORM_MIN_ROWS_PER_POINT", np.inf)
+    else:
+        monkeypatch.setattr(coupled, "FOLDED_FORM_MIN_ROWS_PER_POINT", 0)
+        monkeypatch.setattr(coupled, "FOLDED_FORM_MAX_CONDITION", np.inf)
+    return request.param
+
+
 def make_problem(n=40, m=7, d=2, p=1, seed=0, random_q=True):
     rng = np.random.default_rng(seed)
     X = rng.uniform(-2, 2, size=(n, d))
@@ -56,7 +67,7 @@ def test_elbo_matches_dense_unwhitened_formula():
 
 
 @pytest.mark.parametrize("p", [1, 3])
-def test_gradients_match_finite_differences(p):
+def test_gradients_match_finite_differences(p, form):
     model, X, Y = make_problem(p=p, seed=p)
     assert_adam_gradients_match(model, X, Y)
 
@@ -72,7 +83,7 @@ def collapsed_bound(kernel, Z, X, y, s2, jitter):
     return lml - 0.5 * np.sum(kernel.diag(X) - np.diag(Q)) / s2
 
 
-def test_one_natural_step_of_size_one_reaches_the_collapsed_optimum():
+def test_one_natural_step_of_size_one_reaches_the_collapsed_optimum(form):
     model, X, Y = make_problem(random_q=False)
     result = model.evaluate(X, Y)
     model.state = model.natural_step(result, 1.0)
@@ -85,7 +96,7 @@ def test_one_natural_step_of_size_one_reaches_the_collapsed_optimum():
     np.testing.assert_allclose(model.state.q_sqrt, before.q_sqrt, atol=1e-9)
 
 
-def test_natural_step_is_the_gradient_in_expectation_parameters():
+def test_natural_step_is_the_gradient_in_expectation_parameters(form):
     """eta = (m, S + m m^T): the step moves (P m, -P/2) by step * dELBO/deta (finite differences)."""
     model, X, Y = make_problem(random_q=True, n=25, m=4)
     state = model.state.copy()
@@ -157,7 +168,7 @@ def test_gradients_through_compiled_sklearn_kernels(white):
     assert_adam_gradients_match(model, X, Y)
 
 
-def test_gradient_includes_the_relative_jitter():
+def test_gradient_includes_the_relative_jitter(form):
     """A large jitter makes its dependence on the kernel amplitude visible to finite differences."""
     model, X, Y = make_problem(seed=3)
     model.jitter = 1e-2
@@ -175,7 +186,7 @@ def test_gradient_includes_the_relative_jitter():
 
 
 @pytest.mark.parametrize("p", [1, 2])
-def test_adam_mode_gradients_in_q_match_finite_differences(p):
+def test_adam_mode_gradients_in_q_match_finite_differences(p, form):
     model, X, Y = make_problem(p=p, seed=10 + p)
     model = VariationalModel(coupled, model.kernel, model.likelihood, model.state, X.shape[0], noise=model.noise,
                              natural=False)
@@ -183,7 +194,7 @@ def test_adam_mode_gradients_in_q_match_finite_differences(p):
     assert_adam_gradients_match(model, X, Y)
 
 
-def test_adam_mode_gradients_with_one_covariance_per_output():
+def test_adam_mode_gradients_with_one_covariance_per_output(form):
     from skgp_sparse._estimators.classifier import make_likelihood
 
     rng = np.random.default_rng(3)
@@ -195,3 +206,41 @@ def test_adam_mode_gradients_with_one_covariance_per_output():
     model = VariationalModel(coupled, ReferenceRBF(1.1, np.array([0.9, 1.2])), make_likelihood("robustmax", 3), state,
                              30, natural=False)
     assert_adam_gradients_match(model, X, Y)
+
+
+TAPES = {"whitened": coupled._WhitenedTape, "folded": coupled._FoldedTape}
+
+
+@pytest.mark.parametrize("n_cov", [1, 3])
+def test_the_two_forms_of_a_training_step_agree(n_cov):
+    """Marginals, every gradient and the natural step are the same model in both forms."""
+    model, X, Y = make_problem(p=3, seed=5)
+    rng = np.random.default_rng(5)
+    low = np.tril(0.3 * rng.standard_normal((n_cov, 7, 7)))
+    low[:, np.arange(7), np.arange(7)] = rng.uniform(0.5, 1.2, (n_cov, 7))
+    model.state.q_sqrt = low
+    d_mean, d_var = rng.standard_normal((40, 3)), -rng.uniform(0.1, 1.0, (40, 3))
+    out = {}
+    for form in TAPES:
+        mean, var, tape = coupled.marginals(model.kernel, X, model.state, model.jitter, form=form)
+        assert type(tape) is TAPES[form]
+        theta, bars = coupled.backward(tape, model.state, d_mean, d_var, ("inducing", "q_mean", "q_sqrt"))
+        # A second backward pass over one tape gives the same answer (the folded tape reuses a buffer).
+        theta_again, _ = coupled.backward(tape, model.state, d_mean, d_var)
+        np.testing.assert_allclose(theta_again, theta, rtol=1e-12)
+        new = coupled.natural_step(tape, model.state, d_mean, d_var, 0.4)
+        out[form] = (mean, var, theta, *bars.values(), new.q_mean, new.q_sqrt)
+    for w, f in zip(out["whitened"], out["folded"]):
+        np.testing.assert_allclose(f, w, rtol=1e-9, atol=1e-11)
+
+
+def test_auto_folds_only_well_conditioned_float64_training_batches():
+    model, X, Y = make_problem(n=40, m=7)
+    k, state, jitter = model.kernel, model.state, model.jitter
+    assert type(coupled.marginals(k, X, state, jitter)[2]) is coupled._FoldedTape
+    # fewer than two rows per inducing point: the whitened form is cheaper
+    assert type(coupled.marginals(k, X[:13], state, jitter)[2]) is coupled._WhitenedTape
+    # two nearly equal inducing points with a tiny jitter: cond(K_zz) far above the bound
+    close = coupled.CoupledState(np.vstack([state.inducing, state.inducing[:1] + 1e-7]),
+                                 np.zeros((8, 1)), np.eye(8)[None])
+    assert type(coupled.marginals(k, X, close, 1e-12)[2]) is coupled._WhitenedTape

@@ -38,6 +38,45 @@ def add_scaled_difference_inplace(out, s_a, a, h):
 
 
 @numba.njit(cache=True)
+def folded_adjoint_inplace(w_k, alpha, d_mean, h):
+    """Overwrite ``w_k`` (holding W K_zx) with dF/dK_zx of the folded coupled marginals.
+
+    numpy equivalent: ``alpha @ d_mean.T + 2 * w_k * h`` with ``h`` of shape (B,).
+    """
+    m, b = w_k.shape
+    p = alpha.shape[1]
+    for i in range(m):
+        for j in range(b):
+            acc = 2.0 * w_k[i, j] * h[j]
+            for k in range(p):
+                acc += alpha[i, k] * d_mean[j, k]
+            w_k[i, j] = acc
+    return w_k
+
+
+@numba.njit(cache=True)
+def add_scaled_inplace(out, w_k, h):
+    """``out += 2 * w_k * h``: the extra covariances of a multi-covariance folded state."""
+    m, b = out.shape
+    for i in range(m):
+        for j in range(b):
+            out[i, j] += 2.0 * w_k[i, j] * h[j]
+    return out
+
+
+@numba.njit(cache=True)
+def add_column_products(base, a, b, out_col):
+    """``base + colsum(a * b)`` written into ``out_col``."""
+    m, n = a.shape
+    for j in range(n):
+        out_col[j] = base[j]
+    for i in range(m):
+        for j in range(n):
+            out_col[j] += a[i, j] * b[i, j]
+    return out_col
+
+
+@numba.njit(cache=True)
 def prior_minus_squares(kdiag, a):
     """``kdiag - colsum(a * a)`` for a of shape (M, B)."""
     m, b = a.shape

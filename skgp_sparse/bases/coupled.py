@@ -20,7 +20,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._fused import a_adjoint_inplace, add_scaled_difference_inplace, column_variances
+from ._fused import (
+    a_adjoint_inplace,
+    add_column_products,
+    add_scaled_difference_inplace,
+    add_scaled_inplace,
+    column_variances,
+    folded_adjoint_inplace,
+)
 from ..linalg import (
     gram,
     inverse_cholesky_factor,
@@ -28,6 +35,7 @@ from ..linalg import (
     jittered_cholesky_backward,
     mm,
     solve_triangular,
+    sym_mm,
     tri_inverse,
     tri_mm,
 )
@@ -92,10 +100,98 @@ def covariance_of_output(n_outputs, n_covariances):
     return np.zeros(n_outputs, dtype=int) if n_covariances == 1 else np.arange(n_outputs)
 
 
-class _Tape:
-    """What the backward pass and the natural step need from one forward pass."""
+#: The folded form evaluates k_xz W k_zx with W holding -K_zz^-1; its rounding error is about
+#: eps * cond(K_zz) times the prior variance. Above this bound on the condition number the
+#: training step keeps the whitened form, whose error does not grow with cond(K_zz).
+FOLDED_FORM_MAX_CONDITION = 1e10
+#: The folded form saves two O(B M^2) products and pays about four O(M^3) ones: it is the
+#: faster one from about two rows per inducing point up (measured at M = 256 and 1024).
+FOLDED_FORM_MIN_ROWS_PER_POINT = 2
 
-    __slots__ = ("low_k", "a", "lt_a", "mean", "back_zz", "back_zx", "back_diag", "jitter", "h_key", "whitened_gram")
+
+class _TapeBase:
+    """What the backward pass and the natural step need from one forward pass.
+
+    Two forms hold the same model: :class:`_WhitenedTape` keeps A = L_k^-1 K_zx,
+    :class:`_FoldedTape` keeps K_zx and folds L_k^-1 into M x M matrices. Both answer
+    the same questions: A v, A^T w, A diag(h) A^T and dF/dK_zx.
+    """
+
+    __slots__ = ("low_k", "mean", "back_zz", "back_zx", "back_diag", "jitter", "h_key", "whitened_gram")
+
+    def whitened_grams(self, h_sum):
+        """A diag(h_c) A^T per covariance (h summed over the outputs sharing it), cached:
+        the O(B M^2) product shared by the backward pass and the natural step."""
+        if self.h_key is None or not np.array_equal(self.h_key, h_sum):
+            self.whitened_gram = [self._gram(h_sum[:, c]) for c in range(h_sum.shape[1])]
+            self.h_key = h_sum.copy()
+        return self.whitened_gram
+
+
+class _WhitenedTape(_TapeBase):
+    """The whitened form: A = L_k^-1 K_zx and L_c^T A, five O(B M^2) products a step."""
+
+    __slots__ = ("a", "lt_a")
+
+    def s_minus_i_times(self, state, c, w):
+        low = state.q_sqrt[c]
+        return tri_mm(low, tri_mm(low, w, trans=True)) - w
+
+    def cholesky_adjoint(self, lt_low_bar):
+        return jittered_cholesky_backward(self.low_k, lt_low_bar, self.jitter)
+
+    def a_times(self, v):
+        return mm(self.a, v)
+
+    def at_times(self, w):
+        return mm(self.a, w, trans_a=True)
+
+    def _gram(self, h):
+        return _signed_gram(self.a, h)
+
+    def kzx_adjoint(self, state, d_mean, h):
+        """dF/dK_zx = L_k^-T (m g^T + 2 sum_c (S_c - I) A diag(h_c))."""
+        a = self.a
+        # dF/dA, accumulated in place over S_0 A (a fresh array) to save M x B temporaries
+        a_bar = a_adjoint_inplace(tri_mm(state.q_sqrt[0], self.lt_a[0]), a, state.q_mean, d_mean, h[:, 0])
+        for c in range(1, state.q_sqrt.shape[0]):
+            add_scaled_difference_inplace(a_bar, tri_mm(state.q_sqrt[c], self.lt_a[c]), a, h[:, c])
+        return solve_triangular(self.low_k, a_bar, trans=True)
+
+
+class _FoldedTape(_TapeBase):
+    """The folded form: K_zx and W_c K_zx with W_c = L_k^-T (S_c - I) L_k^-1, three
+    O(B M^2) products a step (one SYMM, one SYRK) for a few more O(M^3) ones."""
+
+    __slots__ = ("inv_low", "kzx", "s_minus_i", "middle", "middle_kzx")
+
+    def s_minus_i_times(self, state, c, w):
+        return mm(self.s_minus_i[c], w)
+
+    def cholesky_adjoint(self, lt_low_bar):
+        return jittered_cholesky_backward(self.low_k, lt_low_bar, self.jitter, inv_low=self.inv_low)
+
+    def a_times(self, v):
+        return tri_mm(self.inv_low, mm(self.kzx, v))
+
+    def at_times(self, w):
+        return mm(self.kzx, tri_mm(self.inv_low, w, trans=True), trans_a=True)
+
+    def _gram(self, h):
+        # A diag(h) A^T = L_k^-1 (K_zx diag(h) K_xz) L_k^-T
+        return tri_mm(self.inv_low, tri_mm(self.inv_low, _signed_gram(self.kzx, h)), trans=True, right=True)
+
+    def kzx_adjoint(self, state, d_mean, h):
+        """dF/dK_zx = L_k^-T m g^T + 2 sum_c W_c K_zx diag(h_c)."""
+        if self.middle_kzx is None:
+            # A second backward pass over the same tape: the first one consumed W K_zx.
+            self.middle_kzx = [sym_mm(w, self.kzx) for w in self.middle]
+        alpha = tri_mm(self.inv_low, state.q_mean, trans=True)
+        kzx_bar = folded_adjoint_inplace(self.middle_kzx[0], alpha, d_mean, h[:, 0])
+        for c in range(1, state.q_sqrt.shape[0]):
+            add_scaled_inplace(kzx_bar, self.middle_kzx[c], h[:, c])
+        self.middle_kzx = None
+        return kzx_bar
 
 
 def factor_kzz(kernel, Z, jitter, need_grad):
@@ -108,7 +204,7 @@ def factor_kzz(kernel, Z, jitter, need_grad):
     return low_k, used, back
 
 
-def marginals(kernel, X, state, jitter, need_grad=True):
+def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
     """Latent marginals at the rows of X.
 
     Parameters
@@ -120,6 +216,13 @@ def marginals(kernel, X, state, jitter, need_grad=True):
         Relative jitter for the Cholesky of K_zz.
     need_grad : bool
         Keep what :func:`backward` and :func:`natural_step` need.
+    form : {"auto", "whitened", "folded"}
+        How they are evaluated (the model is the same): "whitened" through
+        A = L_k^-1 K_zx, "folded" through W_c = L_k^-T (S_c - I) L_k^-1, with two fewer
+        O(B M^2) products. "auto" folds float64 training steps (``need_grad``) with
+        at least :data:`FOLDED_FORM_MIN_ROWS_PER_POINT` rows per inducing point whose
+        K_zz is well enough conditioned (:data:`FOLDED_FORM_MAX_CONDITION`) and keeps
+        the whitened form for everything else (the reported ELBO included).
 
     Returns
     -------
@@ -134,22 +237,56 @@ def marginals(kernel, X, state, jitter, need_grad=True):
         kdiag, back_diag = kernel.diag_vjp(X)
     else:
         kzx, kdiag = kernel(Z, X), kernel.diag(X)
-    a = solve_triangular(low_k, kzx)
-    mean = mm(a, state.q_mean, trans_a=True)
-    lt_a = [tri_mm(low, a, trans=True) for low in state.q_sqrt]
-    var = column_variances(kdiag, a, lt_a, X.shape[0])
-    # The two sums of squares cancel almost exactly far from the data; a tiny negative
-    # result is rounding, not a model property.
+    inv_low = None
+    fold_if_stable = need_grad and kzx.dtype == np.float64 and X.shape[0] >= FOLDED_FORM_MIN_ROWS_PER_POINT * Z.shape[0]
+    if form == "folded" or (form == "auto" and fold_if_stable):
+        inv_low = tri_inverse(low_k)
+        # cond(K) <= trace(K) ||K^-1||_2 <= |L|_F^2 |L^-1|_F^2
+        if form == "auto" and np.sum(low_k * low_k) * np.sum(inv_low * inv_low) > FOLDED_FORM_MAX_CONDITION:
+            inv_low = None
+    if inv_low is None:
+        tape = _WhitenedTape()
+        tape.a = solve_triangular(low_k, kzx)
+        tape.lt_a = [tri_mm(low, tape.a, trans=True) for low in state.q_sqrt]
+        mean = mm(tape.a, state.q_mean, trans_a=True)
+        var = column_variances(kdiag, tape.a, tape.lt_a, X.shape[0])
+    else:
+        tape = _FoldedTape()
+        tape.inv_low, tape.kzx = inv_low, kzx
+        tape.s_minus_i = s_minus_identity(state.q_sqrt)
+        tape.middle = folded_middle(inv_low, tape.s_minus_i)
+        tape.middle_kzx = [sym_mm(w, kzx) for w in tape.middle]
+        mean = mm(kzx, tri_mm(inv_low, state.q_mean, trans=True), trans_a=True)
+        var = np.empty((len(tape.middle), X.shape[0]))
+        for c, w_k in enumerate(tape.middle_kzx):
+            add_column_products(kdiag, kzx, w_k, var[c])
+        var = var.T
+    # The positive and negative parts cancel almost exactly far from the data; a tiny
+    # negative result is rounding, not a model property.
     np.maximum(var, 0.0, out=var)
     if not need_grad:
         return mean, var, None
-    tape = _Tape()
-    tape.low_k, tape.a, tape.lt_a, tape.mean = low_k, a, lt_a, mean
+    tape.low_k, tape.mean = low_k, mean
     tape.back_zz, tape.back_zx, tape.back_diag = back_zz, back_zx, back_diag
     tape.jitter = used
     tape.h_key = None
     tape.whitened_gram = None
     return mean, var, tape
+
+
+def s_minus_identity(q_sqrt):
+    """S_c - I = L_c L_c^T - I for every covariance, (C, M, M)."""
+    # The factors' strict upper parts are not part of the model (tri_mm ignores them only
+    # in its triangular operand).
+    out = np.stack([tri_mm(low, np.tril(low), trans=True, right=True) for low in q_sqrt])
+    for s in out:
+        s.flat[:: s.shape[0] + 1] -= 1.0
+    return out
+
+
+def folded_middle(inv_low, s_minus_i):
+    """W_c = L_k^-T (S_c - I) L_k^-1, (C, M, M), from L_k^-1 and S_c - I."""
+    return np.stack([tri_mm(inv_low, tri_mm(inv_low, s, trans=True), right=True) for s in s_minus_i])
 
 
 def _signed_gram(a, h):
@@ -162,15 +299,6 @@ def _signed_gram(a, h):
     if np.all(h >= 0):
         return gram(a * np.sqrt(h))
     return mm(a * h, a, trans_b=True)
-
-
-def _whitened_gram(tape, h_sum):
-    """A diag(h_c) A^T per covariance (h summed over the outputs sharing it): the one
-    O(B M^2) product shared by the backward pass and the natural step."""
-    if tape.h_key is None or not np.array_equal(tape.h_key, h_sum):
-        tape.whitened_gram = [_signed_gram(tape.a, h_sum[:, c]) for c in range(h_sum.shape[1])]
-        tape.h_key = h_sum.copy()
-    return tape.whitened_gram
 
 
 def _summed_var_adjoint(d_var, n_cov):
@@ -210,21 +338,14 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
     field_bars : dict
         Gradient for each of ``fields``, shaped as the field.
     """
-    a = tape.a
     n_cov = state.q_sqrt.shape[0]
     h = _summed_var_adjoint(d_var, n_cov)
-    a_g = mm(a, d_mean)
+    a_g = tape.a_times(d_mean)
     lt_low_bar = -mm(state.q_mean, a_g, trans_b=True)
-    # dF/dA, accumulated in place over S_0 A (a fresh array) to save M x B temporaries
-    a_bar = a_adjoint_inplace(tri_mm(state.q_sqrt[0], tape.lt_a[0]), a, state.q_mean, d_mean, h[:, 0])
-    for c in range(n_cov):
-        if c > 0:
-            add_scaled_difference_inplace(a_bar, tri_mm(state.q_sqrt[c], tape.lt_a[c]), a, h[:, c])
-        w = _whitened_gram(tape, h)[c]
-        s_minus_i_w = tri_mm(state.q_sqrt[c], tri_mm(state.q_sqrt[c], w, trans=True)) - w
-        lt_low_bar -= 2.0 * s_minus_i_w
-    kzx_bar = solve_triangular(tape.low_k, a_bar, trans=True)
-    kzz_bar = jittered_cholesky_backward(tape.low_k, lt_low_bar, tape.jitter)
+    for c, w in enumerate(tape.whitened_grams(h)):
+        lt_low_bar -= 2.0 * tape.s_minus_i_times(state, c, w)
+    kzx_bar = tape.kzx_adjoint(state, d_mean, h)
+    kzz_bar = tape.cholesky_adjoint(lt_low_bar)
     theta_zz, z_zz = tape.back_zz(kzz_bar)
     theta_zx, z_zx = tape.back_zx(kzx_bar)
     theta_d = tape.back_diag(h.sum(axis=1))
@@ -240,7 +361,7 @@ def _q_sqrt_gradient(tape, state, h):
     """d(F - KL)/dL_c, lower triangular (for Adam on q(v))."""
     n_out, n_cov = state.q_mean.shape[1], state.q_sqrt.shape[0]
     outputs_per_cov = n_out if n_cov == 1 else 1
-    grams = _whitened_gram(tape, h)
+    grams = tape.whitened_grams(h)
     bar = np.empty_like(state.q_sqrt)
     for c, low in enumerate(state.q_sqrt):
         kl_bar = low - np.diag(1.0 / np.diag(low))
@@ -285,7 +406,7 @@ def natural_step(tape, state, d_mean, d_var, step):
     # outputs' adjoints (the Fisher of the shared block is n_out times one output's).
     outputs_per_cov = n_out if n_cov == 1 else 1
     h = h_sum / outputs_per_cov
-    grams = _whitened_gram(tape, h_sum)
+    grams = tape.whitened_grams(h_sum)
     precisions = state.precisions()
     new_mean = np.empty_like(state.q_mean)
     new_sqrt = np.empty_like(state.q_sqrt)
@@ -300,7 +421,7 @@ def natural_step(tape, state, d_mean, d_var, step):
         cols = np.flatnonzero(outputs_of == c)
         shift = (1.0 - step) * mm(prec_old, state.q_mean[:, cols])
         target = d_mean[:, cols] - 2.0 * h[:, c : c + 1] * tape.mean[:, cols]
-        shift += step * mm(tape.a, target)
+        shift += step * tape.a_times(target)
         new_mean[:, cols] = tri_mm(low_new, tri_mm(low_new, shift, trans=True))
         new_sqrt[c] = low_new
     return CoupledState(state.inducing, new_mean, new_sqrt, new_prec)
@@ -342,6 +463,4 @@ def make_predictor(kernel, state, jitter):
     low_k, _, _ = factor_kzz(kernel, state.inducing, jitter, need_grad=False)
     inv_low = tri_inverse(low_k)
     alpha = mm(inv_low, state.q_mean, trans_a=True)
-    prior_part = gram(inv_low, trans=True)
-    middle = np.stack([gram(tri_mm(low, inv_low, trans=True), trans=True) - prior_part for low in state.q_sqrt])
-    return CoupledPredictor(state.inducing.copy(), alpha, middle)
+    return CoupledPredictor(state.inducing.copy(), alpha, folded_middle(inv_low, s_minus_identity(state.q_sqrt)))

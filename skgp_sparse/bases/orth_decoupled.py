@@ -214,7 +214,7 @@ def marginals(kernel, X, state, jitter, need_grad=True):
     c = mm(kgb, a, trans_a=True)  # K_bg a, (Mb, P)
     w = solve_triangular(tape_b.low_k, c)
     # mean = A^T m + K_Xg a - A^T w
-    mean = mean_b + mm(kgx, a, trans_a=True) - mm(tape_b.a, w, trans_a=True)
+    mean = mean_b + mm(kgx, a, trans_a=True) - tape_b.at_times(w)
     if not need_grad:
         return mean, var, None
     tape = _Tape()
@@ -295,7 +295,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal", "orth
     if "q_mean" in bars:
         # The KL holds m, not m - w: the coupled pass subtracted m - w.
         bars["q_mean"] = bars["q_mean"] - w
-    ag = mm(tb.a, d_mean)
+    ag = tb.a_times(d_mean)
     w_bar = w - ag
     c_bar = solve_triangular(tb.low_k, w_bar, trans=True)
     # w = L_k^-1 c: L_k^T dF/dL_k = -w_bar w^T, through the Cholesky and the relative jitter.
@@ -353,7 +353,7 @@ def natural_step(tape, state, d_mean, d_var, step):
     new_orth_mean = state.orth_mean
     if GAMMA_STEP == "diagonal" and state.n_orthogonal > 0:
         tb = tape.beta
-        c_bar = solve_triangular(tb.low_k, tape.w - mm(tb.a, d_mean), trans=True)
+        c_bar = solve_triangular(tb.low_k, tape.w - tb.a_times(d_mean), trans=True)
         grad = _orth_mean_gradient(tape, state, c_bar, d_mean)
         new_orth_mean = state.orth_mean + DIAGONAL_STEP_SIZE * grad / _nystrom_residual_diagonal(tape, state)[:, None]
     return OrthState(new_beta, state.orthogonal, new_orth_mean, state.kl_columns, state.column_rng)

@@ -181,10 +181,18 @@ class _Block:
 
     __slots__ = ("a", "lt_a", "mean", "h_key", "whitened_gram")
 
+    whitened_grams = coupled._TapeBase.whitened_grams
+
     def __init__(self, a, lt_a, mean):
         self.a, self.lt_a, self.mean = a, lt_a, mean
         self.h_key = None
         self.whitened_gram = None
+
+    def a_times(self, v):
+        return mm(self.a, v)
+
+    def _gram(self, h):
+        return coupled._signed_gram(self.a, h)
 
 
 class _Tape:
@@ -289,7 +297,7 @@ def _block_adjoint(block, q_mean, q_sqrt, d_mean, h):
     a_g = mm(a, d_mean)
     lt_bar = -mm(q_mean, a_g, trans_b=True)
     a_bar = a_adjoint_inplace(tri_mm(q_sqrt[0], block.lt_a[0]), a, q_mean, d_mean, h[:, 0])
-    grams = coupled._whitened_gram(block, h)
+    grams = block.whitened_grams(h)
     for c in range(q_sqrt.shape[0]):
         if c > 0:
             add_scaled_difference_inplace(a_bar, tri_mm(q_sqrt[c], block.lt_a[c]), a, h[:, c])
