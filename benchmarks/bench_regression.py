@@ -182,6 +182,8 @@ def main():
     parser.add_argument("--datasets", nargs="+", choices=DATASETS, default=list(DATASETS))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--n-steps", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="interleaved rounds of step timings; the best median of each library counts")
     parser.add_argument("--gpytorch-epochs", type=int, default=50)
     parser.add_argument("--epochs", type=int, default=25, help="our epochs (max_iter)")
     parser.add_argument("--exact-rows", type=int, default=3000, help="training rows of the exact GPR")
@@ -213,7 +215,7 @@ def main():
     if args.only in (None, "steps"):
         X, _, y, _ = load_regression("diamonds", quick=args.quick)
         grid = [(32, 256)] if args.quick else [(64, 1024), (256, 1024), (1024, 1024), (256, 256), (256, 4096)]
-        results["steps"] = step_times(X, y, args.threads, args.n_steps, grid, repeats=1 if args.quick else 2)
+        results["steps"] = step_times(X, y, args.threads, args.n_steps, grid, repeats=1 if args.quick else args.repeats)
     results_dir.mkdir(parents=True, exist_ok=True)
     path = results_dir / "regression.json"
     # A partial run (--only) keeps the other section of the previous results.
