@@ -186,6 +186,9 @@ def main():
     if args.quick:
         n_inducing, args.max_iter, args.peer_epochs, results_dir = 16, 2, 2, RESULTS_DIR / "quick"
     rows = []
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / "classification.json"
+    meta = dict(threads=args.threads, n_inducing=n_inducing, quick=args.quick, date=time.strftime("%Y-%m-%dT%H:%M:%S"))
     print(f"{'set':10s} {'model':34s} {'acc':>7s} {'logloss':>8s} {'fit s':>8s} {'epochs':>7s} {'backoffs':>8s}")
     for name in args.sets:
         X, Xt, y, yt = load_keel(name)
@@ -204,12 +207,10 @@ def main():
                 f"{r['epochs']:7d} {r['backoffs']:8d}",
                 flush=True,
             )
+            # Saved after every fit, so a long run that is stopped keeps what it measured.
+            path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, default=float))
     print()
     print(paper_table(rows))
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / "classification.json"
-    meta = dict(threads=args.threads, n_inducing=n_inducing, quick=args.quick, date=time.strftime("%Y-%m-%dT%H:%M:%S"))
-    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, default=float))
     print(f"results: {path}")
 
 
