@@ -9,11 +9,16 @@ With A = L_k^-1 K_zx (M x B) the latent marginals at the rows x are
 
     mean_p = A^T m_p,    var_c = k_xx - colsum(A * A) + colsum((L_c^T A)^2),
 
-and the KL to the prior N(0, I) needs no kernel matrix at all. A training step costs
-four O(B M^2) triangular products and one SYRK (each half a GEMM) plus a few O(M^3)
-products; the fitted predictor folds the M x M terms together (alpha = L_k^-T m,
-W_c = L_k^-T (S_c - I) L_k^-1) so that a test row costs one product. Every formula of the
-backward pass below is checked against finite differences in tests/test_coupled.py.
+and the KL to the prior N(0, I) needs no kernel matrix at all. Evaluated this way
+(the whitened form) a training step costs four O(B M^2) triangular products and one SYRK.
+Folding the M x M terms together first, alpha = L_k^-T m and W_c = L_k^-T (S_c - I) L_k^-1,
+
+    mean_p = K_xz alpha_p,    var_c = k_xx + colsum(K_zx * (W_c K_zx)),
+
+a step costs one SYMM and one SYRK for a few more O(M^3) products (the folded form, used
+for large enough batches and a well conditioned K_zz, see :func:`marginals`); the fitted
+predictor always uses it, so a test row costs one product. Every formula of the backward
+pass below is checked against finite differences, in both forms, in tests/test_coupled.py.
 """
 
 from dataclasses import dataclass
