@@ -90,13 +90,7 @@ def prior_minus_squares(kdiag, a):
 @numba.njit(cache=True)
 def add_column_squares(base, a, out_col):
     """``base + colsum(a * a)`` written into ``out_col``."""
-    m, b = a.shape
-    for j in range(b):
-        out_col[j] = base[j]
-    for i in range(m):
-        for j in range(b):
-            out_col[j] += a[i, j] * a[i, j]
-    return out_col
+    return add_column_products(base, a, a, out_col)
 
 
 def column_variances(kdiag, a, lt_a_list, n_rows):
