@@ -55,7 +55,6 @@ def test_fit_streams_one_chunk_at_a_time(monkeypatch):
 
     monkeypatch.setattr(da.Array, "compute", recording)
     sizes = []
-    rows = None
     original_batches = _dask.DaskRows.batches
 
     def recording_batches(self, Y, batch_size):

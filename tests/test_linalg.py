@@ -63,6 +63,32 @@ def test_cholesky_backward_matches_finite_differences(rng):
     assert np.isclose(np.sum(K_bar * E), fd, rtol=1e-7)
 
 
+def test_cholesky_backward_through_the_inverse_factor_matches_finite_differences(rng):
+    K = spd(rng, 6)
+    W = np.tril(rng.standard_normal((6, 6)))
+    L = la.cholesky(K)
+    K_bar = la.cholesky_backward(L, W, inv_low=la.tri_inverse(L))
+    E = rng.standard_normal((6, 6))
+    E = E + E.T
+    eps = 1e-6
+    f = lambda A: np.sum(W * np.linalg.cholesky(A))
+    fd = (f(K + eps * E) - f(K - eps * E)) / (2 * eps)
+    assert np.isclose(np.sum(K_bar * E), fd, rtol=1e-7)
+
+
+def test_symmetric_and_right_side_triangular_products(rng):
+    S, b = spd(rng, 5), rng.standard_normal((5, 3))
+    for sym in (S, np.asfortranarray(S)):
+        out = la.sym_mm(sym, b)
+        np.testing.assert_allclose(out, S @ b, rtol=1e-12)
+        assert out.flags.c_contiguous
+    L, c = np.tril(rng.standard_normal((5, 5))), rng.standard_normal((3, 5))
+    for low in (L, np.asfortranarray(L)):
+        for trans in (False, True):
+            np.testing.assert_allclose(la.tri_mm(low, c, trans=trans, right=True), c @ (L.T if trans else L),
+                                       rtol=1e-12)
+
+
 def test_jitter_is_retried_and_reported(rng):
     v = rng.standard_normal((5, 2))
     singular = v @ v.T  # rank 2

@@ -1,7 +1,6 @@
 """partial_fit, Ctrl-C during a fit, and thread limits."""
 
 import os
-import warnings
 
 import numpy as np
 import pytest

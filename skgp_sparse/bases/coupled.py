@@ -154,14 +154,26 @@ class _WhitenedTape(_TapeBase):
     def _gram(self, h):
         return _signed_gram(self.a, h)
 
-    def kzx_adjoint(self, state, d_mean, h):
-        """dF/dK_zx = L_k^-T (m g^T + 2 sum_c (S_c - I) A diag(h_c))."""
+    @classmethod
+    def of_features(cls, a, lt_a, mean):
+        """A tape over given whitened features (the solve basis keeps one per block)."""
+        tape = cls()
+        tape.a, tape.lt_a, tape.mean = a, lt_a, mean
+        tape.h_key = tape.whitened_gram = None
+        return tape
+
+    def a_adjoint(self, state, d_mean, h):
+        """dF/dA = m g^T + 2 sum_c (S_c - I) A diag(h_c)."""
         a = self.a
-        # dF/dA, accumulated in place over S_0 A (a fresh array) to save M x B temporaries
+        # accumulated in place over S_0 A (a fresh array) to save M x B temporaries
         a_bar = a_adjoint_inplace(tri_mm(state.q_sqrt[0], self.lt_a[0]), a, state.q_mean, d_mean, h[:, 0])
         for c in range(1, state.q_sqrt.shape[0]):
             add_scaled_difference_inplace(a_bar, tri_mm(state.q_sqrt[c], self.lt_a[c]), a, h[:, c])
-        return solve_triangular(self.low_k, a_bar, trans=True)
+        return a_bar
+
+    def kzx_adjoint(self, state, d_mean, h):
+        """dF/dK_zx = L_k^-T dF/dA."""
+        return solve_triangular(self.low_k, self.a_adjoint(state, d_mean, h), trans=True)
 
 
 class _FoldedTape(_TapeBase):
@@ -343,12 +355,8 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
     field_bars : dict
         Gradient for each of ``fields``, shaped as the field.
     """
-    n_cov = state.q_sqrt.shape[0]
-    h = _summed_var_adjoint(d_var, n_cov)
-    a_g = tape.a_times(d_mean)
-    lt_low_bar = -mm(state.q_mean, a_g, trans_b=True)
-    for c, w in enumerate(tape.whitened_grams(h)):
-        lt_low_bar -= 2.0 * tape.s_minus_i_times(state, c, w)
+    h = _summed_var_adjoint(d_var, state.q_sqrt.shape[0])
+    a_g, lt_low_bar = prior_factor_adjoint(tape, state, d_mean, h)
     kzx_bar = tape.kzx_adjoint(state, d_mean, h)
     kzz_bar = tape.cholesky_adjoint(lt_low_bar)
     theta_zz, z_zz = tape.back_zz(kzz_bar)
@@ -360,6 +368,15 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
     if "q_sqrt" in fields:
         bars["q_sqrt"] = _q_sqrt_gradient(tape, state, h)
     return theta_zz + theta_zx + theta_d, {name: bars[name] for name in fields}
+
+
+def prior_factor_adjoint(tape, state, d_mean, h):
+    """A g and L_k^T dF/dL_k = -m (A g)^T - 2 sum_c (S_c - I) A diag(h_c) A^T."""
+    a_g = tape.a_times(d_mean)
+    lt_low_bar = -mm(state.q_mean, a_g, trans_b=True)
+    for c, w in enumerate(tape.whitened_grams(h)):
+        lt_low_bar -= 2.0 * tape.s_minus_i_times(state, c, w)
+    return a_g, lt_low_bar
 
 
 def _q_sqrt_gradient(tape, state, h):

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import coupled
-from ._fused import a_adjoint_inplace, add_column_squares, add_scaled_difference_inplace, prior_minus_squares
+from ._fused import add_column_squares, prior_minus_squares
 from ..linalg import gram, jittered_cholesky, jittered_cholesky_backward, mm, solve_triangular, tri_inverse, tri_mm
 
 #: Fields of the state that Adam moves when the inducing inputs are learned.
@@ -175,26 +175,6 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0):
     )
 
 
-class _Block:
-    """One whitened Gaussian block as the coupled functions see a tape: features ``a``
-    (B or D), ``lt_a`` = L_c^T a, this block's part of the mean, and the gram cache."""
-
-    __slots__ = ("a", "lt_a", "mean", "h_key", "whitened_gram")
-
-    whitened_grams = coupled._TapeBase.whitened_grams
-
-    def __init__(self, a, lt_a, mean):
-        self.a, self.lt_a, self.mean = a, lt_a, mean
-        self.h_key = None
-        self.whitened_gram = None
-
-    def a_times(self, v):
-        return mm(self.a, v)
-
-    def _gram(self, h):
-        return coupled._signed_gram(self.a, h)
-
-
 class _Tape:
     """What the backward pass and the natural step need from one forward pass."""
 
@@ -281,7 +261,8 @@ def marginals(kernel, X, state, jitter, need_grad=True):
         return mean_u + mean_v, var, None
     tape = _Tape()
     tape.coupled_tape = None
-    tape.u, tape.v = _Block(b, lt_b, mean_u), _Block(d, lt_d, mean_v)
+    tape.u = coupled._WhitenedTape.of_features(b, lt_b, mean_u)
+    tape.v = coupled._WhitenedTape.of_features(d, lt_d, mean_v)
     tape.low_u, tape.low_v, tape.a_uv = low_u, low_v, a_uv
     tape.jitter, tape.jitter_v = used_u, used_v
     tape.back_all, tape.back_cross, tape.back_diag = back_all, back_cross, back_diag
@@ -289,21 +270,11 @@ def marginals(kernel, X, state, jitter, need_grad=True):
     return mean_u + mean_v, var, tape
 
 
-def _block_adjoint(block, q_mean, q_sqrt, d_mean, h):
-    """dF/da of one block's features and L0^T dF/dL0 of its prior factor (as in the
-    coupled basis): a_bar = m g^T + 2 sum_c (S_c - I) a diag(h_c),
-    lt_bar = -a_bar a^T = -m (a g)^T - 2 sum_c (S_c - I) a diag(h_c) a^T."""
-    a = block.a
-    a_g = mm(a, d_mean)
-    lt_bar = -mm(q_mean, a_g, trans_b=True)
-    a_bar = a_adjoint_inplace(tri_mm(q_sqrt[0], block.lt_a[0]), a, q_mean, d_mean, h[:, 0])
-    grams = block.whitened_grams(h)
-    for c in range(q_sqrt.shape[0]):
-        if c > 0:
-            add_scaled_difference_inplace(a_bar, tri_mm(q_sqrt[c], block.lt_a[c]), a, h[:, c])
-        w = grams[c]
-        lt_bar -= 2.0 * (tri_mm(q_sqrt[c], tri_mm(q_sqrt[c], w, trans=True)) - w)
-    return a_bar, lt_bar, a_g
+def _block_adjoint(block, block_state, d_mean, h):
+    """dF/da of one block's features, L0^T dF/dL0 of its prior factor and a g, as in the
+    coupled basis (:func:`skgp_sparse.bases.coupled.prior_factor_adjoint`)."""
+    a_g, lt_bar = coupled.prior_factor_adjoint(block, block_state, d_mean, h)
+    return block.a_adjoint(block_state, d_mean, h), lt_bar, a_g
 
 
 def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal")):
@@ -352,8 +323,8 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal")):
     n_cov = state.q_sqrt.shape[0]
     h = coupled._summed_var_adjoint(d_var, n_cov)
     a_uv, low_u, low_v, b = tape.a_uv, tape.low_u, tape.low_v, tape.u.a
-    b_bar, lt_lu_bar, b_g = _block_adjoint(tape.u, state.q_mean, state.q_sqrt, d_mean, h)
-    d_bar, lt_lv_bar, d_g = _block_adjoint(tape.v, state.q_mean_orthogonal, state.q_sqrt_orthogonal, d_mean, h)
+    b_bar, lt_lu_bar, b_g = _block_adjoint(tape.u, state.block_u(), d_mean, h)
+    d_bar, lt_lv_bar, d_g = _block_adjoint(tape.v, state.block_v(), d_mean, h)
     cvx_bar = solve_triangular(low_v, d_bar, trans=True)
     cvv_bar = jittered_cholesky_backward(low_v, lt_lv_bar, tape.jitter_v)
     t = mm(cvx_bar, b, trans_b=True)
