@@ -44,10 +44,18 @@ class VariationalModel:
         Relative jitter of the K_zz Cholesky; raised for good when a factorisation fails.
     natural : bool
         Move q(u) by natural steps (True) or by Adam with everything else (False).
+    latent_noise : NoiseParameter or None
+        White noise of the latent function (top-level WhiteKernel terms of a non-Gaussian
+        likelihood, as GaussianProcessClassifier reads them): its variance adds to the
+        latent marginal variance of every row.
+    learn_hyperparameters : bool
+        Whether Adam moves the kernel hyperparameters and the noise (``optimizer=None``
+        keeps them fixed).
     """
 
     def __init__(
-        self, basis, kernel, likelihood, state, n_data, noise=None, learn_inducing=True, jitter=1e-6, natural=True
+        self, basis, kernel, likelihood, state, n_data, noise=None, learn_inducing=True, jitter=1e-6, natural=True,
+        latent_noise=None, learn_hyperparameters=True,
     ):
         if not natural and not hasattr(basis, "VARIATIONAL_FIELDS"):
             raise ValueError(f"the {basis.__name__.rsplit('.', 1)[-1]} basis has no Adam-only mode")
@@ -57,6 +65,8 @@ class VariationalModel:
         self.state = state
         self.n_data = n_data
         self.noise = noise
+        self.latent_noise = latent_noise
+        self.learn_hyperparameters = learn_hyperparameters
         self.natural = natural
         self.learn_fields = (
             tuple(basis.ADAM_FIELDS)
@@ -68,9 +78,11 @@ class VariationalModel:
 
     # --- parameters seen by Adam ---------------------------------------------------
     def adam_params(self):
-        params = {"theta": self.kernel.theta}
-        if self.noise is not None and self.noise.learned:
-            params["log_noise"] = np.array([self.noise.log_value])
+        params = {}
+        if self.learn_hyperparameters:
+            params["theta"] = self.kernel.theta
+            if self.noise is not None and self.noise.learned:
+                params["log_noise"] = np.array([self.noise.log_value])
         for field in self.learn_fields:
             params[field] = getattr(self.state, field)
         return params
@@ -82,7 +94,8 @@ class VariationalModel:
         return bounds
 
     def set_adam_params(self, params):
-        self.kernel.set_theta(params["theta"])
+        if "theta" in params:
+            self.kernel.set_theta(params["theta"])
         if "log_noise" in params:
             self.noise.log_value = float(params["log_noise"][0])
         for field in self.learn_fields:
@@ -126,23 +139,31 @@ class VariationalModel:
         Y : ndarray of shape (B, T)
             Targets as the likelihood takes them: T = P columns for P Gaussian outputs, one
             column of class indices for K latent functions.
-        need_grad : bool
+        need_grad : bool or "natural"
+            "natural": only what :meth:`natural_step` needs (no gradients).
 
         Returns
         -------
         BatchResult
         """
         scale = self.n_data / X.shape[0]
-        mean, var, tape = self._marginals(X, need_grad)
+        mean, var, tape = self._marginals(X, bool(need_grad))
         var = self._per_latent_var(mean, var)
+        if self.latent_noise is not None:
+            var = var + self.latent_noise.value
         ell, d_mean, d_var = self.likelihood.expected_log_lik(Y, mean, var)
         elbo = scale * float(ell.sum()) - self.basis.kl_divergence(self.kernel, self.state, self.jitter, tape)
         if not need_grad:
             return BatchResult(elbo, {}, None, None, None)
         d_mean = scale * d_mean
         d_var = scale * np.asarray(d_var)
+        if need_grad == "natural":
+            return BatchResult(elbo, {}, tape, d_mean, d_var)
         theta_bar, field_bars = self.basis.backward(tape, self.state, d_mean, d_var, self.learn_fields)
         grads = {"theta": theta_bar}
+        if self.latent_noise is not None:
+            # d var / d log(level) = level for each white term carrying the latent noise.
+            self.latent_noise.scatter_gradient(float(d_var.sum()) * self.latent_noise.value, theta_bar)
         if self.noise is not None:
             d_log_noise = scale * float(self.likelihood.d_log_noise(Y, mean, var).sum())
             d_log_noise = self.noise.scatter_gradient(d_log_noise, theta_bar)
@@ -159,20 +180,26 @@ class VariationalModel:
             return self.state
         return self.basis.natural_step(result.tape, self.state, result.d_mean, result.d_var, step)
 
-    def expected_log_lik_sum(self, X, Y, chunk_size=4096):
-        """sum_n E_q[log p(y_n | f(x_n))] over all rows, in chunks."""
+    def expected_log_lik_sum(self, chunks):
+        """sum_n E_q[log p(y_n | f(x_n))] over the rows of ``chunks``, an iterable of (X, Y)."""
         total = 0.0
-        for start in range(0, X.shape[0], chunk_size):
-            xb, yb = X[start : start + chunk_size], Y[start : start + chunk_size]
+        for xb, yb in chunks:
             mean, var, _ = self._marginals(xb, need_grad=False)
             var = self._per_latent_var(mean, var)
+            if self.latent_noise is not None:
+                var = var + self.latent_noise.value
             total += float(self.likelihood.expected_log_lik(yb, mean, var)[0].sum())
         return total
 
     def elbo(self, X, Y, chunk_size=4096):
         """The exact ELBO over the rows (X, Y), in nats."""
+        chunks = ((X[i : i + chunk_size], Y[i : i + chunk_size]) for i in range(0, X.shape[0], chunk_size))
+        return self.elbo_of_chunks(chunks)
+
+    def elbo_of_chunks(self, chunks):
+        """The exact ELBO over the rows of ``chunks`` (an iterable of (X, Y)), in nats."""
         kl = self.basis.kl_divergence(self.kernel, self.state, self.jitter)
-        return self.expected_log_lik_sum(X, Y, chunk_size) - kl
+        return self.expected_log_lik_sum(chunks) - kl
 
     def diagnostics(self):
         """The basis's diagnostics of the current state (``{}`` when it offers none)."""

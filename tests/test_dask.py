@@ -69,24 +69,27 @@ def test_fit_streams_one_chunk_at_a_time(monkeypatch):
 
     monkeypatch.setattr(_dask.DaskRows, "batches", recording_batches)
     reg = SparseGPRegressor(**SETTINGS, batch_size=64, max_iter=2, tol=0).fit(da.from_array(X, chunks=(130, 2)), y)
-    assert max(computed) <= 150 and computed.count(130) == 2 * 4  # 4 full chunks per epoch
+    # 4 full chunks per pass: two epochs, the pass that settles q(u), the pass of the final bound.
+    assert max(computed) <= 150 and computed.count(130) == 4 * 4
     per_epoch = int(np.ceil(600 / 64))
-    assert reg.n_steps_ == 2 * per_epoch and len(sizes) == 2 * per_epoch
+    assert reg.n_steps_ == 2 * per_epoch and len(sizes) == 2 * per_epoch + 2 and sizes[-2:] == [600, 600]
     assert sizes[: per_epoch - 1] == [64] * (per_epoch - 1) and sum(sizes[:per_epoch]) == 600
     assert reg.score(X, y) > 0.9
 
 
 def test_predictions_on_dask_arrays_are_lazy_and_equal_to_numpy():
+    # Equal up to rounding: Dask predicts in chunks of 250 rows, numpy in chunks of 4096
+    # (latent variances near the data are differences of O(1) terms: atol).
     X, y, labels = data()
     Xd = da.from_array(X, chunks=(250, 2))
     reg = SparseGPRegressor(**SETTINGS, max_iter=5).fit(X, y)
     mean = reg.predict(Xd)
     assert isinstance(mean, da.Array) and mean.chunks == ((250, 250, 100),)
-    np.testing.assert_allclose(mean.compute(), reg.predict(X), rtol=1e-12)
+    np.testing.assert_allclose(mean.compute(), reg.predict(X), rtol=1e-9, atol=1e-10)
     for lazy, eager in zip(reg.predict(Xd, return_std=True), reg.predict(X, return_std=True)):
-        np.testing.assert_allclose(lazy.compute(), eager, rtol=1e-12)
+        np.testing.assert_allclose(lazy.compute(), eager, rtol=1e-9, atol=1e-10)
     for lazy, eager in zip(reg.latent_mean_and_variance(Xd), reg.latent_mean_and_variance(X)):
-        np.testing.assert_allclose(lazy.compute(), eager, rtol=1e-12)
+        np.testing.assert_allclose(lazy.compute(), eager, rtol=1e-9, atol=1e-10)
     with pytest.raises(ValueError, match="return_cov"):
         reg.predict(Xd, return_cov=True)
     clf = SparseGPClassifier(**SETTINGS, max_iter=5).fit(X, np.array(["neg", "pos"])[labels])
@@ -98,7 +101,7 @@ def test_predictions_on_dask_arrays_are_lazy_and_equal_to_numpy():
         if name == "predict":
             np.testing.assert_array_equal(result, eager)
         else:
-            np.testing.assert_allclose(result, eager, rtol=1e-12)
+            np.testing.assert_allclose(result, eager, rtol=1e-9, atol=1e-10)
 
 
 def test_dask_input_errors_name_the_problem(monkeypatch):
@@ -139,7 +142,7 @@ def test_fit_and_predict_on_a_local_cluster(client):
     reg = SparseGPRegressor(**SETTINGS, batch_size=100, max_iter=10).fit(Xd, y)
     pred = reg.predict(Xd)
     assert isinstance(pred, da.Array)
-    np.testing.assert_allclose(pred.compute(), reg.predict(X), rtol=1e-12)
+    np.testing.assert_allclose(pred.compute(), reg.predict(X), rtol=1e-9, atol=1e-10)
     assert reg.score(X, y) > 0.95
 
 
@@ -151,5 +154,5 @@ def test_grid_search_under_the_dask_joblib_backend_matches_sequential(client):
     with joblib.parallel_backend("dask"):
         on_cluster = GridSearchCV(est, grid, cv=2, n_jobs=-1).fit(X, y)
     np.testing.assert_allclose(on_cluster.cv_results_["mean_test_score"],
-                               sequential.cv_results_["mean_test_score"], rtol=1e-10)
+                               sequential.cv_results_["mean_test_score"], rtol=1e-9, atol=1e-10)
     assert on_cluster.best_params_ == sequential.best_params_

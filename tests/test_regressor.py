@@ -182,9 +182,16 @@ def test_warm_start_continues():
 
 def test_verbose_prints_one_line_per_epoch(capsys):
     X, y = toy(100)
-    SparseGPRegressor(n_inducing=10, max_iter=3, tol=0, verbose=1).fit(X, y)
+    SparseGPRegressor(n_inducing=10, batch_size=50, max_iter=3, tol=0, verbose=1).fit(X, y)
     lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("epoch")]
     assert len(lines) == 3 and "ELBO" in lines[0] and "elapsed" in lines[0]
+
+
+def test_verbose_full_batch_fit_prints_one_line_per_optimiser_iteration(capsys):
+    X, y = toy(100)
+    reg = SparseGPRegressor(n_inducing=10, verbose=1).fit(X, y)
+    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("iteration")]
+    assert len(lines) == reg.n_iter_ > 0 and "bound" in lines[0] and "elapsed" in lines[0]
 
 
 def test_pickle_and_joblib_round_trips_predict_identically():

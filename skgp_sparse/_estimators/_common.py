@@ -18,8 +18,12 @@ from ..bases import BASES, ORTHOGONAL_BASES
 from ..inducing import METHODS as INDUCING_METHODS
 from ..inducing import initial_inducing
 from ..kernels import compile_kernel
+from ..likelihoods import NoiseParameter
 from ..optim import Adam, NaturalStepSchedule, train
-from ..optim.loop import array_batches
+from ..optim.fullbatch import optimal_q, optimise_collapsed
+from ..optim.loop import History, array_batches, settle_variational
+from ..optim.stopping import StoppingRule
+from ._fit_report import warn_at_bounds, warn_jitter_above_noise
 
 #: Rows per chunk at prediction time: bounds memory at O(chunk * M) whatever the input size.
 PREDICT_CHUNK = 4096
@@ -42,8 +46,32 @@ COMMON_CONSTRAINTS = {
     "random_state": ["random_state"],
     "verbose": ["verbose"],
     "warm_start": ["boolean"],
-    "jitter": [Interval(Real, 0, None, closed="left")],
+    "jitter": [StrOptions({"auto"}), Interval(Real, 0, None, closed="left")],
 }
+
+#: jitter="auto": the relative jitter on K(Z, Z) is at most this, and the absolute jitter
+#: at most this fraction of the noise variance. The bound loses about jitter / (2 noise)
+#: nats per well-determined inducing direction, so tying it to the noise keeps that loss
+#: below a micro-nat whatever the noise; a factorisation that needs more gets more.
+AUTO_JITTER = 1e-6
+
+#: Minibatch fits check the stopping rule once per period of steps: a quarter epoch, but
+#: no fewer steps than this (so that a period's mean ELBO is not one batch's noise) and
+#: no more than an epoch.
+MIN_PERIOD_STEPS = 20
+PERIODS_PER_EPOCH = 4
+
+#: Steps that move q(u) alone at the start of a fresh minibatch fit, before any Adam step
+#: (conjugate likelihoods: a natural step of size one fits q to a batch at once; the
+#: others ramp their natural steps up over the schedule's warm-up, so they wait for it).
+CONJUGATE_WARMUP_STEPS = 5
+
+#: After a non-conjugate minibatch fit, at most this many natural steps on q alone bring
+#: it to the final hyperparameters.
+SETTLE_STEPS = 20
+
+#: Rows per chunk of the passes over all the data after training (final q, final bound).
+PASS_CHUNK = 8192
 
 #: Falling-ELBO back-off of non-conjugate fits: an epoch whose mean ELBO per row is this
 #: many nats below the previous epoch's halves the natural steps for the rest of the fit.
@@ -108,6 +136,12 @@ def resolve_kernel(kernel, n_features, x_scale=None):
     return compiled
 
 
+def latent_white_noise(kernel):
+    """Top-level WhiteKernel terms of a non-Gaussian model as latent white noise (None if none)."""
+    noise = NoiseParameter(kernel, 1.0, None)
+    return noise if noise.from_kernel else None
+
+
 def clipped_n_inducing(n_inducing, n_samples):
     if n_inducing > n_samples:
         warnings.warn(
@@ -163,6 +197,10 @@ class InMemoryRows:
         """``batches(rng)``: shuffled minibatches of ``batch_size`` rows of (X, Y)."""
         return array_batches(self.X, Y, batch_size)
 
+    def all_rows(self, Y):
+        """(X, Y), every row in order."""
+        return self.X, Y
+
 
 def is_dask_collection(a):
     """Whether ``a`` is a Dask collection, without importing Dask when it was not."""
@@ -180,7 +218,7 @@ def training_rows(estimator, X, y, rng, **check_params):
         from . import _dask
 
         return _dask.training_rows(estimator, X, y, rng, **check_params)
-    X, y = validate_data(estimator, X, y, dtype=np.float64, **check_params)
+    X, y = validate_data(estimator, X, y, dtype=np.float64, order="C", **check_params)
     return InMemoryRows(X), y
 
 
@@ -235,42 +273,144 @@ def make_optimisers(estimator, model, x_scale, conjugate, full_batch, steps_done
     return schedule, adam
 
 
-def run_training(estimator, model, rows, Y, rng, conjugate, steps_done=0, x_scale=None):
-    """Minibatch natural-gradient training of ``model`` with the estimator's settings.
+def auto_jitter(kernel, Z, noise_variance=None):
+    """The relative jitter that ``jitter="auto"`` starts from (see :data:`AUTO_JITTER`)."""
+    scale = float(np.mean(kernel.diag(Z)))
+    if noise_variance is None or not scale > 0:
+        return AUTO_JITTER
+    return min(AUTO_JITTER, AUTO_JITTER * noise_variance / scale)
 
-    ``rows`` is an :class:`InMemoryRows` or a ``_dask.DaskRows``; Y is in memory.
+
+def starting_jitter(estimator, kernel, Z, noise_variance=None):
+    """The relative jitter of a fresh model: the estimator's, or :func:`auto_jitter`."""
+    if estimator.jitter == "auto":
+        return auto_jitter(kernel, Z, noise_variance)
+    return float(estimator.jitter)
+
+
+def fits_collapsed(model, rows, batch, conjugate):
+    """Whether the fit optimises the collapsed bound (full batch, exact natural steps)."""
+    return (
+        conjugate
+        and model.natural
+        and batch >= rows.n_rows
+        and getattr(model.basis, "EXACT_NATURAL_STEP", False)
+    )
+
+
+def run_collapsed(estimator, model, rows, Y, rng, x_scale):
+    """Quasi-Newton search of the collapsed bound (full batch, Gaussian): GPR's procedure.
+
+    With ``jitter="auto"`` the jitter follows the noise: if the search ended at a noise
+    far below where it started, the search is run again from there with the jitter the
+    new noise allows, so that the jitter does not bias the optimum.
+    """
+    optimizer = "fmin_l_bfgs_b" if estimator.optimizer is None else estimator.optimizer
+    X, Y = rows.all_rows(Y)
+    scales = {name: x_scale for name in model.basis.INDUCING_FIELDS}
+    settings = dict(scales=scales, verbose=estimator.verbose)
+    search = optimise_collapsed(model, X, Y, optimizer, estimator.n_restarts_optimizer, rng, **settings)
+    history = History(elbo=list(search.run_elbos), n_epochs=search.n_iter, n_steps=search.n_evaluations,
+                      converged=search.converged)
+    if estimator.jitter == "auto":
+        allowed = auto_jitter(model.kernel, model.state.inducing, model.noise.value)
+        if model.jitter > 10.0 * allowed:
+            model.jitter = allowed
+            search = optimise_collapsed(model, X, Y, optimizer, 0, rng, **settings)
+            history.elbo += search.run_elbos
+            history.n_epochs += search.n_iter
+            history.n_steps += search.n_evaluations
+            history.converged = search.converged
+    return history, search.elbo
+
+
+def stopping_rule(estimator, steps_per_epoch):
+    period = min(steps_per_epoch, max(MIN_PERIOD_STEPS, -(-steps_per_epoch // PERIODS_PER_EPOCH)))
+    return StoppingRule(estimator.tol, estimator.n_iter_no_change, period, steps_per_epoch)
+
+
+def warmup_steps(model, schedule):
+    """Natural-only steps still to take at the start of a fit (none once past them)."""
+    if not model.natural:
+        return 0
+    total = CONJUGATE_WARMUP_STEPS if schedule.conjugate else schedule.warmup_steps
+    return max(0, total - schedule.t)
+
+
+def settle_and_bound(model, rows, Y, rng, schedule, batch, conjugate):
+    """After minibatch training: q(u) brought to the final hyperparameters, then the exact bound.
+
+    Returns the ELBO of the fitted model over all training rows (one more pass over them).
+    """
+    exact = conjugate and model.natural and getattr(model.basis, "CONJUGATE_NATURAL_STEP", False)
+    if model.natural:
+        size = max(batch, PASS_CHUNK) if exact else batch
+        settle_variational(model, rows.batches(Y, size), rng, schedule, exact, SETTLE_STEPS)
+    return model.elbo_of_chunks(rows.batches(Y, PASS_CHUNK)(rng))
+
+
+def run_training(estimator, model, rows, Y, rng, conjugate, steps_done=0, x_scale=None):
+    """Fit ``model`` with the estimator's settings; returns ``(history, schedule, bound)``.
+
+    A full-batch Gaussian fit on a basis with exact natural steps optimises the collapsed
+    bound (:func:`run_collapsed`); every other fit runs minibatch natural-gradient
+    training, then settles q(u) at the final hyperparameters. ``bound`` is the ELBO of
+    the fitted model on all training rows. ``rows`` is an :class:`InMemoryRows` or a
+    ``_dask.DaskRows``; Y is in memory.
     """
     n = rows.n_rows
     batch = batch_rows(estimator, n)
     x_scale = feature_scale(rows.sample) if x_scale is None else x_scale
     schedule, adam = make_optimisers(estimator, model, x_scale, conjugate, batch >= n, steps_done)
-    history = train(
-        model,
-        None,
-        None,
-        batch_size=batch,
-        max_iter=estimator.max_iter,
-        tol=estimator.tol,
-        n_iter_no_change=estimator.n_iter_no_change,
-        schedule=schedule,
-        adam=adam,
-        rng=rng,
-        verbose=estimator.verbose,
-        # Set by benchmarks only (not a parameter: it would not survive clone).
-        callback=getattr(estimator, "_epoch_callback", None),
-        batches=rows.batches(Y, batch),
-        n_rows=n,
-    )
-    if history.interrupted:
-        warn_interrupted(estimator, history)
-    elif not history.converged:
-        warnings.warn(
-            f"{type(estimator).__name__} stopped at max_iter={estimator.max_iter} epochs before the "
-            f"ELBO settled to tol={estimator.tol}; increase max_iter or tol",
-            ConvergenceWarning,
-            stacklevel=3,
+    name = type(estimator).__name__
+    if fits_collapsed(model, rows, batch, conjugate):
+        history, bound = run_collapsed(estimator, model, rows, Y, rng, x_scale)
+        step_tolerance = 0.0
+    else:
+        steps_per_epoch = -(-n // batch)
+        history = train(
+            model,
+            None,
+            None,
+            batch_size=batch,
+            max_iter=estimator.max_iter,
+            stopping=stopping_rule(estimator, steps_per_epoch),
+            schedule=schedule,
+            adam=adam,
+            rng=rng,
+            verbose=estimator.verbose,
+            # Set by benchmarks only (not a parameter: it would not survive clone).
+            callback=getattr(estimator, "_epoch_callback", None),
+            batches=rows.batches(Y, batch),
+            warmup_steps=warmup_steps(model, schedule),
         )
-    return history, schedule
+        if history.interrupted:
+            warn_interrupted(estimator, history)
+            return history, schedule, None
+        bound = settle_and_bound(model, rows, Y, rng, schedule, batch, conjugate)
+        step_tolerance = estimator.learning_rate
+        if not history.converged:
+            warnings.warn(
+                f"{name} stopped at max_iter={estimator.max_iter} epochs while the ELBO was still rising by "
+                f"more than tol={estimator.tol} nats per row per epoch; increase max_iter (or tol)",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+    report_fit(name, model, step_tolerance)
+    return history, schedule, bound
+
+
+def report_fit(name, model, step_tolerance):
+    """Warnings about the fitted parameters (bounds, jitter against noise)."""
+    if model.learn_hyperparameters:
+        noise = model.noise
+        learned_noise = None
+        if noise is not None and noise.learned:
+            learned_noise = (noise.value, tuple(np.exp(noise.log_bounds)))
+        warn_at_bounds(name, model.kernel.to_sklearn(), step_tolerance, learned_noise)
+    if model.noise is not None:
+        scale = float(np.mean(model.kernel.diag(model.state.inducing)))
+        warn_jitter_above_noise(name, model.jitter * scale, model.noise.value)
 
 
 def run_partial_pass(estimator, model, rows, Y, stream):
@@ -283,14 +423,13 @@ def run_partial_pass(estimator, model, rows, Y, stream):
         None,
         batch_size=batch,
         max_iter=1,
-        tol=0.0,
-        n_iter_no_change=1,
+        stopping=StoppingRule(0.0, 1, -(-n // batch) + 1, -(-n // batch)),
         schedule=stream.schedule,
         adam=stream.adam,
         rng=stream.rng,
         verbose=estimator.verbose,
         batches=rows.batches(Y, batch),
-        n_rows=n,
+        warmup_steps=warmup_steps(model, stream.schedule),
     )
     if history.interrupted:
         warn_interrupted(estimator, history)
@@ -312,11 +451,14 @@ def chunked(n_rows, size=PREDICT_CHUNK):
         yield slice(start, min(start + size, n_rows))
 
 
-def record_fit(estimator, model, history, schedule, steps_done, append=False):
+def record_fit(estimator, model, history, schedule, steps_done, append=False, bound=None):
     """Set the fitted attributes that every estimator shares from a trained model.
 
     ``append`` (partial_fit): the epochs and ELBOs add to those already recorded.
+    ``bound``: the ELBO of the fitted model on all training rows (None when not computed:
+    an interrupted fit, a partial_fit pass).
     """
+    estimator.log_marginal_likelihood_value_ = np.nan if bound is None else float(bound)
     estimator.kernel_ = model.kernel.to_sklearn()
     # Cached matrices are recomputable; dropping them keeps pickles small.
     model.state.drop_caches()
@@ -342,3 +484,19 @@ def latent_in_chunks(predictor, kernel, X):
     if not parts:
         raise ValueError("X has no rows")
     return np.vstack([p[0] for p in parts]), np.vstack([p[1] for p in parts])
+
+
+def evaluate_bound_at(model, X, Y, theta, eval_gradient, conjugate):
+    """The bound on (X, Y) at kernel log-hyperparameters ``theta`` with q re-optimised.
+
+    For a Gaussian likelihood and the coupled basis this is the collapsed bound; otherwise
+    q is moved to its optimum by damped natural steps. The gradient in theta is the
+    ELBO's partial gradient at that q (the bound is stationary in q there).
+    """
+    if theta is not None:
+        model.set_adam_params({"theta": np.asarray(theta, dtype=np.float64)})
+    exact = conjugate and model.natural and getattr(model.basis, "EXACT_NATURAL_STEP", False)
+    value = optimal_q(model, X, Y, exact)
+    if not eval_gradient:
+        return value
+    return value, model.evaluate(X, Y).grads["theta"]

@@ -64,6 +64,11 @@ class DaskRows:
         self.n_rows = X.shape[0]
         self.starts = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(int)
 
+    def all_rows(self, Y):
+        """(X, Y), every row in order, as numpy (a full-batch fit holds them all anyway)."""
+        blocks = [_finite_block(self.X.blocks[i].compute(), self.starts[i]) for i in range(len(self.X.chunks[0]))]
+        return np.concatenate(blocks), Y
+
     def batches(self, Y, batch_size):
         """``batches(rng)``: one epoch of minibatches of (X, Y), streamed chunk by chunk."""
         X, starts = self.X, self.starts

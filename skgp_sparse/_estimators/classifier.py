@@ -15,16 +15,19 @@ from ._common import (
     StreamState,
     check_basis_options,
     check_n_data,
+    evaluate_bound_at,
     feature_scale,
     generator_from,
     initial_inducing_points,
     is_dask_collection,
     latent_in_chunks,
+    latent_white_noise,
     make_optimisers,
     record_fit,
     resolve_kernel,
     run_partial_pass,
     run_training,
+    starting_jitter,
     training_rows,
 )
 
@@ -207,7 +210,7 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         variational_optimizer="natural",
         learn_inducing=True,
         inducing_init="kmeans",
-        jitter=1e-6,
+        jitter="auto",
         backend="numpy",
         random_state=None,
         verbose=0,
@@ -246,8 +249,9 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
             state,
             n_data,
             learn_inducing=self.learn_inducing,
-            jitter=self.jitter,
+            jitter=starting_jitter(self, kernel, state.inducing),
             natural=self.variational_optimizer == "natural",
+            latent_noise=latent_white_noise(kernel),
         )
 
     def _fitted_model(self, n_data):
@@ -322,8 +326,8 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         else:
             model = self._initial_model(rows.sample, rows.n_rows, rng)
         steps_done = self.n_steps_ if warm else 0
-        history, schedule = run_training(self, model, rows, Y, rng, conjugate=False, steps_done=steps_done)
-        record_fit(self, model, history, schedule, steps_done)
+        history, schedule, bound = run_training(self, model, rows, Y, rng, conjugate=False, steps_done=steps_done)
+        record_fit(self, model, history, schedule, steps_done, bound=bound)
         self.n_rows_seen_ = rows.n_rows
         self._stream_state = None
         return self
@@ -407,6 +411,8 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         X = validate_data(self, X, reset=False, dtype=np.float64)
         kernel = compile_kernel(self.kernel_, white_as_noise=True)
         mean, var = latent_in_chunks(self.predictor_, kernel, X)
+        # Top-level WhiteKernel terms are white noise of the latent function (GPC's reading).
+        var = var + kernel.white_noise_level
         return mean, np.ascontiguousarray(np.broadcast_to(var, mean.shape))
 
     def latent_mean_and_variance(self, X):
@@ -502,3 +508,34 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         if y.shape[0] != X.shape[0]:
             raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
         return self._fitted_model(X.shape[0]).elbo(X, self._encode(y))
+
+    def log_marginal_likelihood(self, X, y, theta=None, eval_gradient=False):
+        """The bound on (X, y) at kernel hyperparameters ``theta``, with q(u) optimal for them.
+
+        The counterpart of GaussianProcessClassifier.log_marginal_likelihood: q(u) is
+        moved to its optimum for ``theta`` by damped full-batch natural steps (the
+        inducing inputs stay as fitted). The training data are not stored, so they are
+        passed here.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+            Labels from ``classes_``.
+        theta : array-like of shape (n_kernel_params,), default=None
+            Log-hyperparameters in ``kernel_.theta`` order; None means the fitted ones.
+        eval_gradient : bool, default=False
+            Also return the gradient in theta.
+
+        Returns
+        -------
+        bound : float
+        bound_gradient : ndarray of shape (n_kernel_params,), optional
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        y = np.asarray(y).reshape(-1)
+        if y.shape[0] != X.shape[0]:
+            raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
+        model = self._fitted_model(X.shape[0])
+        return evaluate_bound_at(model, X, self._encode(y), theta, eval_gradient, conjugate=False)

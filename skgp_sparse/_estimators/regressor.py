@@ -1,6 +1,6 @@
 """SparseGPRegressor: the scikit-learn face of sparse variational GP regression."""
 
-from numbers import Real
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
@@ -16,6 +16,7 @@ from ._common import (
     StreamState,
     check_basis_options,
     check_n_data,
+    evaluate_bound_at,
     feature_scale,
     generator_from,
     initial_inducing_points,
@@ -26,6 +27,7 @@ from ._common import (
     resolve_kernel,
     run_partial_pass,
     run_training,
+    starting_jitter,
     training_rows,
 )
 
@@ -165,6 +167,8 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         "noise_variance": [Interval(Real, 0, None, closed="neither")],
         "noise_variance_bounds": [StrOptions({"fixed"}), tuple, list],
         "normalize_y": ["boolean"],
+        "optimizer": [StrOptions({"fmin_l_bfgs_b"}), callable, None],
+        "n_restarts_optimizer": [Interval(Integral, 0, None, closed="left")],
     }
 
     def __init__(
@@ -186,7 +190,9 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         noise_variance=0.1,
         noise_variance_bounds=(1e-6, 1e3),
         normalize_y=True,
-        jitter=1e-6,
+        optimizer="fmin_l_bfgs_b",
+        n_restarts_optimizer=0,
+        jitter="auto",
         backend="numpy",
         random_state=None,
         verbose=0,
@@ -208,6 +214,8 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         self.noise_variance = noise_variance
         self.noise_variance_bounds = noise_variance_bounds
         self.normalize_y = normalize_y
+        self.optimizer = optimizer
+        self.n_restarts_optimizer = n_restarts_optimizer
         self.jitter = jitter
         self.backend = backend
         self.random_state = random_state
@@ -255,8 +263,9 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         return VariationalModel(
             BASES[self.basis], kernel, likelihood, state, n_data, noise=noise,
             learn_inducing=self.learn_inducing,
-            jitter=self.jitter,
+            jitter=starting_jitter(self, kernel, state.inducing, noise.value),
             natural=self.variational_optimizer == "natural",
+            learn_hyperparameters=self.optimizer is not None,
         )
 
     def _scale_targets(self, y):
@@ -307,10 +316,10 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         else:
             model = self._initial_model(rows.sample, Y.shape[1], rows.n_rows, rng)
         steps_done = self.n_steps_ if warm else 0
-        history, schedule = run_training(self, model, rows, Y, rng, conjugate=True, steps_done=steps_done)
+        history, schedule, bound = run_training(self, model, rows, Y, rng, conjugate=True, steps_done=steps_done)
 
         self.noise_variance_ = model.noise.value
-        record_fit(self, model, history, schedule, steps_done)
+        record_fit(self, model, history, schedule, steps_done, bound=bound)
         self.n_rows_seen_ = rows.n_rows
         self._stream_state = None
         return self
@@ -493,3 +502,33 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         if Y.shape[0] != X.shape[0]:
             raise ValueError(f"X has {X.shape[0]} rows but y has {Y.shape[0]}")
         return self._fitted_model(X.shape[0]).elbo(X, Y)
+
+    def log_marginal_likelihood(self, X, y, theta=None, eval_gradient=False):
+        """The bound on (X, y) at kernel hyperparameters ``theta``, with q(u) optimal for them.
+
+        For the coupled basis this is Titsias' collapsed bound (q(u) in closed form), the
+        sparse counterpart of GaussianProcessRegressor.log_marginal_likelihood; fitted
+        inducing inputs and noise are kept (unless the noise is a WhiteKernel term of
+        theta). Unlike GPR the training data are not stored, so they are passed here.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_targets)
+            On the original scale; normalised as in fit.
+        theta : array-like of shape (n_kernel_params,), default=None
+            Log-hyperparameters in ``kernel_.theta`` order; None means the fitted ones.
+        eval_gradient : bool, default=False
+            Also return the gradient in theta.
+
+        Returns
+        -------
+        bound : float
+        bound_gradient : ndarray of shape (n_kernel_params,), optional
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        Y = self._scale_targets(np.asarray(y, dtype=np.float64))
+        if Y.shape[0] != X.shape[0]:
+            raise ValueError(f"X has {X.shape[0]} rows but y has {Y.shape[0]}")
+        return evaluate_bound_at(self._fitted_model(X.shape[0]), X, Y, theta, eval_gradient, conjugate=True)

@@ -14,7 +14,11 @@ and three tuples of state fields: ``INDUCING_FIELDS`` (moved by Adam when induci
 are learned), ``ADAM_FIELDS`` (always moved by Adam) and ``VARIATIONAL_FIELDS`` (moved by
 Adam instead of natural steps with ``variational_optimizer="adam"``). A state has
 ``inducing``, ``q_mean`` (M, P), ``copy()`` and ``drop_caches()``, and ``orthogonal`` when
-the basis has a second inducing set.
+the basis has a second inducing set. ``EXACT_NATURAL_STEP`` (default False) says that a
+natural step of size one from a conjugate likelihood's adjoints lands on the optimal q for
+those rows (the coupled basis): full-batch Gaussian fits then optimise the collapsed bound.
+``CONJUGATE_NATURAL_STEP`` (default False) says that it lands on each Gaussian block's
+optimum given the others: a pass of such steps settles q after a minibatch fit.
 """
 
 from . import coupled, inverse_free, orth_decoupled, solve

@@ -52,6 +52,10 @@ INDUCING_FIELDS = ("inducing",)
 ADAM_FIELDS = ()
 #: Fields of q(v) that Adam moves instead of the natural step (variational_optimizer="adam").
 VARIATIONAL_FIELDS = ("q_mean", "q_sqrt")
+#: A natural step of size one from a Gaussian likelihood's adjoints lands on the optimal q(v).
+EXACT_NATURAL_STEP = True
+#: ... and on each Gaussian block's optimum given the others (one block here).
+CONJUGATE_NATURAL_STEP = True
 
 
 @dataclass

@@ -63,6 +63,9 @@ def __getattr__(name):
         return ("orth_mean",) if GAMMA_STEP == "adam" else ()
     if name == "VARIATIONAL_FIELDS":
         return ("q_mean", "q_sqrt") if GAMMA_STEP == "adam" else ("q_mean", "q_sqrt", "orth_mean")
+    if name in ("EXACT_NATURAL_STEP", "CONJUGATE_NATURAL_STEP"):
+        # Beta's step is the coupled one, exact for gamma's coefficients held where Adam has them.
+        return GAMMA_STEP == "adam"
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -43,6 +43,9 @@ ADAM_FIELDS = ()
 #: Fields of q(u') and q(v') that Adam moves instead of the natural steps
 #: (variational_optimizer="adam").
 VARIATIONAL_FIELDS = ("q_mean", "q_sqrt", "q_mean_orthogonal", "q_sqrt_orthogonal")
+#: A natural step of size one from a Gaussian likelihood lands on each block's optimum given
+#: the other block as it was (not on the joint optimum: the blocks are stepped together).
+CONJUGATE_NATURAL_STEP = True
 
 
 @dataclass

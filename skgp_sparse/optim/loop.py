@@ -21,7 +21,7 @@ class History:
     n_epochs, n_steps : int
         Completed epochs and steps.
     converged : bool
-        Whether the tolerance stopped the fit before ``max_iter``.
+        Whether the stopping rule ended the fit before ``max_iter``.
     interrupted : bool
         Whether a KeyboardInterrupt (Ctrl-C) ended the fit; the model then holds the
         parameters of the last completed step.
@@ -83,24 +83,27 @@ def _check_finite(result, epoch):
 
 
 def train(
-    model, X, Y, *, batch_size, max_iter, tol, n_iter_no_change, schedule, adam, rng, verbose=0, history=None,
-    callback=None, batches=None, n_rows=None,
+    model, X, Y, *, batch_size, max_iter, stopping, schedule, adam, rng, verbose=0, history=None,
+    callback=None, batches=None, warmup_steps=0,
 ):
     """Fit ``model`` (a :class:`skgp_sparse.elbo.VariationalModel`) in place.
 
-    Every step draws a minibatch, evaluates the ELBO estimate and its gradients at the
-    current parameters once, then moves q by a natural step (``schedule``) and the other
-    parameters by an Adam step, both from that same evaluation.
+    Every step draws a minibatch and evaluates the ELBO estimate and its gradients at the
+    current parameters once. The first ``warmup_steps`` steps move q alone, by natural
+    steps: the hyperparameter gradient at the prior q(u) is orders of magnitude larger
+    than anywhere later, and one such step would fill Adam's second moment and shrink
+    every later step. After that each step moves q by a natural step (``schedule``) and
+    the other parameters by an Adam step, both from the same evaluation.
 
-    Stops after ``max_iter`` epochs, or when the epoch-mean ELBO per training row has not
-    improved by more than ``tol`` for ``n_iter_no_change`` consecutive epochs.
+    Stops after ``max_iter`` epochs, or when ``stopping`` (a
+    :class:`~skgp_sparse.optim.stopping.StoppingRule`, fed every step's ELBO estimate per
+    row) says the ELBO has stopped rising; then ``history.converged`` is True.
     ``callback(model, history)``, if given, runs after every epoch (benchmarks use it to
     follow a test metric).
 
     ``batches(rng)``, if given, replaces the shuffled minibatches of (X, Y): it yields the
     ``(X_batch, Y_batch)`` of one epoch (the Dask path streams chunks this way); X and Y
-    are then not read, and ``n_rows`` (default ``X.shape[0]``) is the number of rows of
-    an epoch, which turns the epoch ELBO into the per-row value that ``tol`` compares.
+    are then not read.
 
     A KeyboardInterrupt (Ctrl-C) ends the fit at the last completed step: a step is
     computed in full before any parameter changes, and one interrupted while its new
@@ -111,9 +114,6 @@ def train(
     history = History() if history is None else history
     if batches is None:
         batches = array_batches(X, Y, batch_size)
-    n = X.shape[0] if n_rows is None else n_rows
-    best = -np.inf
-    stale = 0
     start = time.perf_counter()
     steps_before = history.n_steps
     snapshot = None
@@ -124,38 +124,24 @@ def train(
                 result = model.evaluate(xb, yb)
                 _check_finite(result, history.n_epochs + 1)
                 new_state, _ = schedule.apply(lambda size: model.natural_step(result, size))
-                new_params = adam.step(model.adam_params(), result.grads, model.adam_bounds())
+                warming_up = history.n_steps - steps_before < warmup_steps
+                new_params = None if warming_up else adam.step(model.adam_params(), result.grads, model.adam_bounds())
                 # The commit: two stores that must happen together (undone if interrupted).
                 snapshot = _snapshot(model)
                 model.state = new_state
-                model.set_adam_params(new_params)
+                if new_params is not None:
+                    model.set_adam_params(new_params)
                 snapshot = None
                 total += result.elbo
                 count += 1
                 history.n_steps += 1
+                if not warming_up and stopping.add(result.elbo / model.n_data) and stopping.converged():
+                    history.converged = True
+                    break
             epoch_open = False
-            history.n_epochs += 1
-            epoch_elbo = total / count
-            history.elbo.append(epoch_elbo)
-            diagnostics = model.diagnostics()
-            if diagnostics:
-                history.diagnostics.append(diagnostics)
-            if verbose:
-                print(
-                    f"epoch {history.n_epochs:4d}  ELBO {epoch_elbo: .6e}  "
-                    f"elapsed {time.perf_counter() - start:8.2f} s"
-                )
-            if callback is not None:
-                callback(model, history)
-            per_row = epoch_elbo / n
-            schedule.end_epoch(per_row)
-            if per_row > best + tol:
-                stale = 0
-            else:
-                stale += 1
-            best = max(best, per_row)
-            if stale >= n_iter_no_change:
-                history.converged = True
+            _close_epoch(model, history, total / count, verbose, start, callback)
+            schedule.end_epoch(total / count / model.n_data)
+            if history.converged:
                 break
         except KeyboardInterrupt:
             if snapshot is not None:
@@ -169,3 +155,58 @@ def train(
                 history.elbo.append(total / count)
             break
     return history
+
+
+def _close_epoch(model, history, epoch_elbo, verbose, start, callback):
+    """Record an epoch (or the part of one that ended the fit) in ``history``."""
+    history.n_epochs += 1
+    history.elbo.append(epoch_elbo)
+    diagnostics = model.diagnostics()
+    if diagnostics:
+        history.diagnostics.append(diagnostics)
+    if verbose:
+        print(f"epoch {history.n_epochs:4d}  ELBO {epoch_elbo: .6e}  elapsed {time.perf_counter() - start:8.2f} s")
+    if callback is not None:
+        callback(model, history)
+
+
+def settle_variational(model, batches, rng, schedule, exact, max_steps):
+    """Natural steps on q alone after training, so that q belongs to the final hyperparameters.
+
+    The last Adam step moves the hyperparameters after q's last step was computed; this
+    pass takes q back to them without moving anything else.
+
+    Parameters
+    ----------
+    model : VariationalModel
+    batches : callable
+        ``batches(rng)`` -> iterator over one epoch of ``(X_batch, Y_batch)``.
+    rng : numpy Generator
+    schedule : NaturalStepSchedule
+        Step sizes (with back-off) of the inexact case.
+    exact : bool
+        The natural step of size 1 lands on the batch's optimum (a conjugate likelihood
+        and a basis whose step is exact, see ``exact_natural_steps``). One pass then
+        averages the batch optima with weights equal to their row counts: in natural
+        parameters that is the optimal q for the whole data, to rounding.
+    max_steps : int
+        Otherwise, at most this many steps of the schedule's current size.
+
+    Returns
+    -------
+    int
+        Steps taken.
+    """
+    rows_done = 0
+    steps = 0
+    for xb, yb in batches(rng):
+        if not exact and steps >= max_steps:
+            break
+        result = model.evaluate(xb, yb, need_grad="natural")
+        rows_done += xb.shape[0]
+        if exact:
+            model.state = model.natural_step(result, xb.shape[0] / rows_done)
+        else:
+            model.state, _ = schedule.apply(lambda size: model.natural_step(result, size))
+        steps += 1
+    return steps
