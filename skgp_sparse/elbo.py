@@ -99,7 +99,8 @@ class VariationalModel:
         if "log_noise" in params:
             self.noise.log_value = float(params["log_noise"][0])
         for field in self.learn_fields:
-            setattr(self.state, field, params[field])
+            if field in params:
+                setattr(self.state, field, params[field])
         if not self.natural:
             # Caches derived from q(u) (its precision) are stale once Adam has moved it.
             self.state.drop_caches()
@@ -195,6 +196,13 @@ class VariationalModel:
         """The exact ELBO over the rows (X, Y), in nats."""
         chunks = ((X[i : i + chunk_size], Y[i : i + chunk_size]) for i in range(0, X.shape[0], chunk_size))
         return self.elbo_of_chunks(chunks)
+
+    def sample_elbo(self, X, Y, chunk_size=4096):
+        """The ELBO estimated from the rows (X, Y) of the training set: their expected
+        log-likelihood scaled to ``n_data`` rows, minus the KL (nats)."""
+        chunks = ((X[i : i + chunk_size], Y[i : i + chunk_size]) for i in range(0, X.shape[0], chunk_size))
+        kl = self.basis.kl_divergence(self.kernel, self.state, self.jitter)
+        return self.n_data / X.shape[0] * self.expected_log_lik_sum(chunks) - kl
 
     def elbo_of_chunks(self, chunks):
         """The exact ELBO over the rows of ``chunks`` (an iterable of (X, Y)), in nats."""

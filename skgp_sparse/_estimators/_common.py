@@ -55,11 +55,14 @@ COMMON_CONSTRAINTS = {
 #: below a micro-nat whatever the noise; a factorisation that needs more gets more.
 AUTO_JITTER = 1e-6
 
-#: Minibatch fits check the stopping rule once per period of steps: a quarter epoch, but
-#: no fewer steps than this (so that a period's mean ELBO is not one batch's noise) and
-#: no more than an epoch.
-MIN_PERIOD_STEPS = 20
-PERIODS_PER_EPOCH = 4
+#: Minibatch fits average the ELBO estimates over periods of this many steps (one epoch
+#: when that is shorter) and compare windows of ``n_iter_no_change`` periods.
+PERIOD_STEPS = 50
+#: ``tol`` bounds the rise of the ELBO per row over one epoch, or over this many steps
+#: when an epoch is longer: on large data sets the hyperparameters settle within a
+#: fraction of an epoch (measured on a 1,000,000-row set: the test RMSE was flat from
+#: about 700 steps on while the ELBO still rose by 0.003 nats per row per epoch).
+RATE_SPAN_STEPS = 100
 
 #: Steps that move q(u) alone at the start of a fresh minibatch fit, before any Adam step
 #: (conjugate likelihoods: a natural step of size one fits q to a batch at once; the
@@ -69,6 +72,11 @@ CONJUGATE_WARMUP_STEPS = 5
 #: After a non-conjugate minibatch fit, at most this many natural steps on q alone bring
 #: it to the final hyperparameters.
 SETTLE_STEPS = 20
+
+#: Rows of the fixed sample whose ELBO the stopping rule reads at the end of each period
+#: (in-memory data; a Dask fit reads the mean of the period's minibatch estimates). At 50
+#: steps of 1,024 rows a period, its forward pass adds about 5% to a fit.
+MONITOR_ROWS = 8192
 
 #: Rows per chunk of the passes over all the data after training (final q, final bound).
 PASS_CHUNK = 8192
@@ -201,6 +209,13 @@ class InMemoryRows:
         """(X, Y), every row in order."""
         return self.X, Y
 
+    def monitor_rows(self, Y, n_rows, rng):
+        """A fixed random sample of at most ``n_rows`` rows of (X, Y), for the stopping rule."""
+        if n_rows >= self.n_rows:
+            return self.X, Y
+        rows = np.sort(rng.choice(self.n_rows, n_rows, replace=False))
+        return self.X[rows], Y[rows]
+
 
 def is_dask_collection(a):
     """Whether ``a`` is a Dask collection, without importing Dask when it was not."""
@@ -325,15 +340,24 @@ def run_collapsed(estimator, model, rows, Y, rng, x_scale):
 
 
 def stopping_rule(estimator, steps_per_epoch):
-    period = min(steps_per_epoch, max(MIN_PERIOD_STEPS, -(-steps_per_epoch // PERIODS_PER_EPOCH)))
-    return StoppingRule(estimator.tol, estimator.n_iter_no_change, period, steps_per_epoch)
+    """The estimator's :class:`StoppingRule` for epochs of ``steps_per_epoch`` steps."""
+    period = min(steps_per_epoch, PERIOD_STEPS)
+    span = min(steps_per_epoch, RATE_SPAN_STEPS)
+    return StoppingRule(estimator.tol, estimator.n_iter_no_change, period, span)
 
 
-def warmup_steps(model, schedule):
-    """Natural-only steps still to take at the start of a fit (none once past them)."""
+def warmup_steps(model, schedule, steps_per_epoch):
+    """Natural-only steps still to take at the start of a fit (none once past them).
+
+    Non-conjugate fits wait for the natural step's own warm-up, but no longer than
+    :data:`CONJUGATE_WARMUP_STEPS` epochs (a full-batch fit would otherwise leave the
+    kernel alone for 50 epochs).
+    """
     if not model.natural:
         return 0
-    total = CONJUGATE_WARMUP_STEPS if schedule.conjugate else schedule.warmup_steps
+    total = CONJUGATE_WARMUP_STEPS
+    if not schedule.conjugate:
+        total = min(schedule.warmup_steps, CONJUGATE_WARMUP_STEPS * steps_per_epoch)
     return max(0, total - schedule.t)
 
 
@@ -382,7 +406,8 @@ def run_training(estimator, model, rows, Y, rng, conjugate, steps_done=0, x_scal
             # Set by benchmarks only (not a parameter: it would not survive clone).
             callback=getattr(estimator, "_epoch_callback", None),
             batches=rows.batches(Y, batch),
-            warmup_steps=warmup_steps(model, schedule),
+            warmup_steps=warmup_steps(model, schedule, steps_per_epoch),
+            monitor_rows=rows.monitor_rows(Y, MONITOR_ROWS, rng),
         )
         if history.interrupted:
             warn_interrupted(estimator, history)
@@ -429,7 +454,7 @@ def run_partial_pass(estimator, model, rows, Y, stream):
         rng=stream.rng,
         verbose=estimator.verbose,
         batches=rows.batches(Y, batch),
-        warmup_steps=warmup_steps(model, stream.schedule),
+        warmup_steps=warmup_steps(model, stream.schedule, -(-n // batch)),
     )
     if history.interrupted:
         warn_interrupted(estimator, history)

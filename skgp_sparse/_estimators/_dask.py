@@ -64,6 +64,11 @@ class DaskRows:
         self.n_rows = X.shape[0]
         self.starts = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(int)
 
+    def monitor_rows(self, Y, n_rows, rng):
+        """None: a streamed fit has no fixed rows in memory to monitor (the stopping rule
+        reads the mean of each period's minibatch estimates instead)."""
+        return None
+
     def all_rows(self, Y):
         """(X, Y), every row in order, as numpy (a full-batch fit holds them all anyway)."""
         blocks = [_finite_block(self.X.blocks[i].compute(), self.starts[i]) for i in range(len(self.X.chunks[0]))]

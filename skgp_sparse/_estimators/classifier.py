@@ -75,7 +75,9 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         RBF(length_scale=s)`` with learnable amplitude and one length scale per feature,
         starting at each feature's standard deviation ``s`` (1 for a constant feature)
         and bounded to ``[1e-5 s, 1e5 s]``. Hyperparameters with ``"fixed"`` bounds stay fixed
-        and the others stay within their bounds.
+        and the others stay within their bounds. A ``WhiteKernel`` added at the top level
+        is white noise of the latent functions (as in GaussianProcessClassifier): its level
+        adds to their variance in training and prediction.
     likelihood : {"auto", "probit", "logit", "robustmax", "softmax"}, default="auto"
         Observation model. ``"probit"`` and ``"logit"``: Bernoulli with that link, two
         classes only, expectations by Gauss-Hermite quadrature. ``"robustmax"``: the
@@ -105,10 +107,13 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         full batch.
     max_iter : int, default=100
         Maximum number of epochs (passes over the data).
-    tol : float, default=1e-4
-        Training stops when the epoch-mean ELBO per row has not improved by more than
-        ``tol`` nats for ``n_iter_no_change`` consecutive epochs.
+    tol : float, default=1e-3
+        Minibatch fits stop when the mean ELBO per row of the last ``n_iter_no_change``
+        periods of 50 steps (one epoch if shorter) is above that of the periods before
+        them by less than ``tol`` nats per epoch, an epoch counting at most 100 steps
+        (see the user guide, "How the fit moves").
     n_iter_no_change : int, default=5
+        Periods in each of the two windows the stopping rule compares.
     natural_step_size : float in (0, 1], default=0.1
         Step size of the natural-gradient update of q(u). These likelihoods are not
         conjugate, so no step lands on the optimum and a large step can leave the
@@ -127,10 +132,12 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
     inducing_init : {"kmeans", "greedy_variance", "random"} or array of shape (n_inducing + n_orthogonal, n_features), default="kmeans"
         Initial inducing inputs: k-means centres, greedy maximum-variance rows (a partial
         pivoted Cholesky under the initial kernel), random distinct rows, or given points.
-    jitter : float, default=1e-6
-        Relative jitter: ``jitter * mean(diag(K_zz))`` is added to the diagonal of K(Z, Z)
-        before its Cholesky factorisation. A factorisation that fails is retried with ten
-        times more (recorded in ``jitter_`` and reported by a ``JitterWarning``).
+    jitter : "auto" or float, default="auto"
+        Jitter added to the diagonal of K(Z, Z) before its Cholesky factorisation.
+        ``"auto"``: 1e-6 of its mean diagonal, and (regression) no more than 1e-6 of the
+        noise variance, so that it does not bias the bound. A float: the relative
+        jitter, ``jitter * mean(diag(K_zz))``. A factorisation that fails is retried with
+        ten times more (recorded in ``jitter_`` and reported by a ``JitterWarning``).
     backend : {"numpy", "cupy"}, default="numpy"
         Array library of the fit. ``"cupy"`` is announced and raises until it lands.
     random_state : int, RandomState instance or None, default=None
@@ -155,16 +162,23 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
     orthogonal_points_ : ndarray of shape (n_orthogonal, n_features)
         Fitted inducing inputs of the orthogonal set (bases with ``n_orthogonal``).
     n_iter_ : int
-        Number of epochs run (one more per ``partial_fit`` call).
+        Number of epochs run (one more per ``partial_fit`` call); for a full-batch
+        Gaussian fit, L-BFGS-B iterations.
     n_steps_ : int
         Number of minibatch steps run (including earlier fits continued by ``warm_start``
         or ``partial_fit``).
     n_rows_seen_ : int
         Rows of the last ``fit``, plus those of the ``partial_fit`` calls since.
     loss_curve_ : list of float
-        Mean minibatch ELBO estimate of each epoch (nats, full-data scale).
+        Mean minibatch ELBO estimate of each epoch (nats, full-data scale); for a
+        full-batch Gaussian fit, the bound reached by each optimiser run.
     converged_ : bool
-        Whether ``tol`` ended the fit before ``max_iter``.
+        Whether the stopping rule (``tol``) ended a minibatch fit before ``max_iter``,
+        or (full-batch Gaussian fits) whether L-BFGS-B reported convergence.
+    log_marginal_likelihood_value_ : float
+        The bound (ELBO) of the fitted model on all its training rows, in nats (on the
+        normalised targets when ``normalize_y``); NaN after an interrupted fit or a
+        ``partial_fit`` pass.
     jitter_ : float
         Relative jitter that the Cholesky of K(Z, Z) needed (``jitter`` unless retries raised it).
     n_natural_backoffs_ : int
@@ -203,7 +217,7 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         n_orthogonal=0,
         batch_size=1024,
         max_iter=100,
-        tol=1e-4,
+        tol=1e-3,
         n_iter_no_change=5,
         natural_step_size=0.1,
         learning_rate=0.02,

@@ -71,13 +71,18 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         bases; must be 0 for the others.
     batch_size : int or None, default=1024
         Rows per training step; None (or a value at least the number of samples) means
-        full batch.
+        full batch: then the coupled and orthogonally decoupled bases maximise the
+        collapsed bound (q(u) optimal for every hyperparameter) with ``optimizer``, as
+        GaussianProcessRegressor maximises its log marginal likelihood.
     max_iter : int, default=100
         Maximum number of epochs (passes over the data).
-    tol : float, default=1e-4
-        Training stops when the epoch-mean ELBO per row has not improved by more than
-        ``tol`` nats for ``n_iter_no_change`` consecutive epochs.
-    n_iter_no_change : int, default=5
+    tol : float, default=1e-3
+        Minibatch fits stop when the mean ELBO per row of the last ``n_iter_no_change``
+        periods of 50 steps (one epoch if shorter) is above that of the periods before
+        them by less than ``tol`` nats per epoch, an epoch counting at most 100 steps
+        (see the user guide, "How the fit moves").
+    n_iter_no_change : int, default=3
+        Periods in each of the two windows the stopping rule compares.
     natural_step_size : float in (0, 1], default=0.1
         Step size of the natural-gradient update of q(u) once training is under way.
         Under this Gaussian likelihood the step starts at 1 and decays as 1/t to this
@@ -98,15 +103,28 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         Initial observation-noise variance (on the normalised scale when ``normalize_y``).
     noise_variance_bounds : pair of floats >= 0 or "fixed", default=(1e-6, 1e3)
         Bounds of the noise variance, or "fixed" to keep it at ``noise_variance``.
+    optimizer : "fmin_l_bfgs_b", callable or None, default="fmin_l_bfgs_b"
+        The optimiser of full-batch fits, with GaussianProcessRegressor's meaning: a
+        callable is called as ``optimizer(obj_func, initial_theta, bounds)`` and returns
+        ``(theta_opt, func_min)``, where ``obj_func(theta, eval_gradient=True)`` gives the
+        negative collapsed bound and its gradient and theta packs the log-hyperparameters,
+        the log noise and the learned inducing inputs (divided by each feature's spread).
+        None keeps the kernel hyperparameters and the noise at their initial values, in
+        minibatch fits too.
+    n_restarts_optimizer : int, default=0
+        Further full-batch optimiser runs from starts drawn uniformly within the
+        (log-space) bounds; the best bound wins.
     normalize_y : bool, default=True
         Centre and scale each target column before fitting (unlike
         GaussianProcessRegressor, on by default: the default kernel and noise assume unit
         scale). The kernel, noise and ELBO then refer to the normalised targets, as in
         GaussianProcessRegressor; predictions are returned on the original scale.
-    jitter : float, default=1e-6
-        Relative jitter: ``jitter * mean(diag(K_zz))`` is added to the diagonal of K(Z, Z)
-        before its Cholesky factorisation. A factorisation that fails is retried with ten
-        times more (recorded in ``jitter_`` and reported by a ``JitterWarning``).
+    jitter : "auto" or float, default="auto"
+        Jitter added to the diagonal of K(Z, Z) before its Cholesky factorisation.
+        ``"auto"``: 1e-6 of its mean diagonal, and (regression) no more than 1e-6 of the
+        noise variance, so that it does not bias the bound. A float: the relative
+        jitter, ``jitter * mean(diag(K_zz))``. A factorisation that fails is retried with
+        ten times more (recorded in ``jitter_`` and reported by a ``JitterWarning``).
     backend : {"numpy", "cupy"}, default="numpy"
         Array library of the fit. ``"cupy"`` is announced and raises until it lands.
     random_state : int, RandomState instance or None, default=None
@@ -128,16 +146,23 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
     noise_variance_ : float
         Fitted observation-noise variance (normalised scale when ``normalize_y``).
     n_iter_ : int
-        Number of epochs run (one more per ``partial_fit`` call).
+        Number of epochs run (one more per ``partial_fit`` call); for a full-batch
+        Gaussian fit, L-BFGS-B iterations.
     n_steps_ : int
         Number of minibatch steps run (including earlier fits continued by ``warm_start``
         or ``partial_fit``).
     n_rows_seen_ : int
         Rows of the last ``fit``, plus those of the ``partial_fit`` calls since.
     loss_curve_ : list of float
-        Mean minibatch ELBO estimate of each epoch (nats, full-data scale).
+        Mean minibatch ELBO estimate of each epoch (nats, full-data scale); for a
+        full-batch Gaussian fit, the bound reached by each optimiser run.
     converged_ : bool
-        Whether ``tol`` ended the fit before ``max_iter``.
+        Whether the stopping rule (``tol``) ended a minibatch fit before ``max_iter``,
+        or (full-batch Gaussian fits) whether L-BFGS-B reported convergence.
+    log_marginal_likelihood_value_ : float
+        The bound (ELBO) of the fitted model on all its training rows, in nats (on the
+        normalised targets when ``normalize_y``); NaN after an interrupted fit or a
+        ``partial_fit`` pass.
     jitter_ : float
         Relative jitter that the Cholesky of K(Z, Z) needed (``jitter`` unless retries raised it).
     n_natural_backoffs_ : int
@@ -180,8 +205,8 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         n_orthogonal=0,
         batch_size=1024,
         max_iter=100,
-        tol=1e-4,
-        n_iter_no_change=5,
+        tol=1e-3,
+        n_iter_no_change=3,
         natural_step_size=0.1,
         learning_rate=0.02,
         variational_optimizer="natural",

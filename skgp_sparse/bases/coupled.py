@@ -34,6 +34,7 @@ from ._fused import (
     folded_adjoint_inplace,
 )
 from ..linalg import (
+    CholeskyError,
     gram,
     inverse_cholesky_factor,
     jittered_cholesky,
@@ -201,6 +202,15 @@ class _FoldedTape(_TapeBase):
     def _gram(self, h):
         # A diag(h) A^T = L_k^-1 (K_zx diag(h) K_xz) L_k^-T
         return tri_mm(self.inv_low, tri_mm(self.inv_low, _signed_gram(self.kzx, h)), trans=True, right=True)
+
+    def whitened_grams_of_features(self, h_sum):
+        """A diag(h_c) A^T from A = L_k^-1 K_zx formed explicitly: one more O(B M^2)
+        product, but a gram of one matrix, so semi-definite to rounding whatever
+        cond(K_zz) and the scale of h (the natural step falls back to it)."""
+        a = tri_mm(self.inv_low, self.kzx)
+        self.whitened_gram = [_signed_gram(a, h_sum[:, c]) for c in range(h_sum.shape[1])]
+        self.h_key = h_sum.copy()
+        return self.whitened_gram
 
     def kzx_adjoint(self, state, d_mean, h):
         """dF/dK_zx = L_k^-T m g^T + 2 sum_c W_c K_zx diag(h_c)."""
@@ -440,9 +450,23 @@ def natural_step(tape, state, d_mean, d_var, step):
     outputs_of = covariance_of_output(n_out, n_cov)
     for c in range(n_cov):
         prec_old = precisions[c]
-        prec = (1.0 - step) * prec_old - (2.0 * step / outputs_per_cov) * grams[c]
-        prec.flat[:: prec.shape[0] + 1] += step
-        low_new = inverse_cholesky_factor(prec)
+
+        def new_precision(gram):
+            prec = (1.0 - step) * prec_old - (2.0 * step / outputs_per_cov) * gram
+            prec.flat[:: prec.shape[0] + 1] += step
+            return prec
+
+        prec = new_precision(grams[c])
+        try:
+            low_new = inverse_cholesky_factor(prec)
+        except CholeskyError:
+            if not isinstance(tape, _FoldedTape):
+                raise
+            # The folded gram L^-1 (K_zx diag(h) K_xz) L^-T loses definiteness when
+            # cond(K_zz) times |h| is huge (a tiny noise): redo it from A itself.
+            grams = tape.whitened_grams_of_features(h_sum)
+            prec = new_precision(grams[c])
+            low_new = inverse_cholesky_factor(prec)
         new_prec[c] = prec
         cols = np.flatnonzero(outputs_of == c)
         shift = (1.0 - step) * mm(prec_old, state.q_mean[:, cols])

@@ -84,7 +84,7 @@ def _check_finite(result, epoch):
 
 def train(
     model, X, Y, *, batch_size, max_iter, stopping, schedule, adam, rng, verbose=0, history=None,
-    callback=None, batches=None, warmup_steps=0,
+    callback=None, batches=None, warmup_steps=0, monitor_rows=None,
 ):
     """Fit ``model`` (a :class:`skgp_sparse.elbo.VariationalModel`) in place.
 
@@ -101,6 +101,10 @@ def train(
     ``callback(model, history)``, if given, runs after every epoch (benchmarks use it to
     follow a test metric).
 
+    ``monitor_rows``, if given, is a fixed ``(X, Y)`` sample of the training rows: the
+    stopping rule then reads the ELBO per row on them at the end of each period rather
+    than the mean of the period's noisy minibatch estimates.
+
     ``batches(rng)``, if given, replaces the shuffled minibatches of (X, Y): it yields the
     ``(X_batch, Y_batch)`` of one epoch (the Dask path streams chunks this way); X and Y
     are then not read.
@@ -116,6 +120,7 @@ def train(
         batches = array_batches(X, Y, batch_size)
     start = time.perf_counter()
     steps_before = history.n_steps
+    monitor = None if monitor_rows is None else (lambda: model.sample_elbo(*monitor_rows) / model.n_data)
     snapshot = None
     for _ in range(max_iter):
         total, count, epoch_open = 0.0, 0, True
@@ -135,7 +140,7 @@ def train(
                 total += result.elbo
                 count += 1
                 history.n_steps += 1
-                if not warming_up and stopping.add(result.elbo / model.n_data) and stopping.converged():
+                if not warming_up and stopping.add(result.elbo / model.n_data, monitor) and stopping.converged():
                     history.converged = True
                     break
             epoch_open = False

@@ -1,0 +1,73 @@
+"""StoppingRule: when a minibatch fit stops, from the trend of its ELBO estimates over windows.
+
+The rule is built positionally as ``StoppingRule(tol, window, period_steps, steps)``, where
+``steps`` is the number of steps per unit of ``tol`` (one epoch in the estimators, or fewer
+steps on large data), and is read only through ``add``, ``converged`` and ``period_means``.
+"""
+
+import numpy as np
+import pytest
+
+from skgp_sparse.optim.stopping import StoppingRule
+
+
+def feed(rule, values):
+    """Feed per-step ELBO values; the index of the step at which the rule first fires (None if never)."""
+    for i, value in enumerate(values):
+        if rule.add(value) and rule.converged():
+            return i
+    return None
+
+
+def test_periods_are_means_of_their_steps_and_the_rule_waits_for_two_windows():
+    rule = StoppingRule(1e9, 2, 3, 6)
+    closed = [rule.add(v) for v in [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]]
+    assert closed == [False, False, True, False, False, True]
+    assert rule.period_means == pytest.approx([2.0, 5.0])
+    # 2 * window = 4 periods are needed before the rule can say anything, whatever tol
+    assert not rule.converged()
+
+
+@pytest.mark.parametrize("tol, fires", [(5.9, False), (6.1, True)])
+def test_the_rise_is_per_unit_of_tol(tol, fires):
+    """Windows of periods [2, 5] and [8, 11]: a rise of 6 over two periods of half a unit
+    each, i.e. 6 per unit."""
+    rule = StoppingRule(tol, 2, 3, 6)
+    values = np.arange(1.0, 13.0)
+    assert (feed(rule, values) is not None) == fires
+
+
+def test_fires_on_a_flat_noisy_sequence():
+    rng = np.random.default_rng(0)
+    rule = StoppingRule(1e-4, 5, 4, 4)
+    values = -1.0 + 0.01 * rng.standard_normal(4 * 200)
+    assert feed(rule, values) is not None
+
+
+def test_fires_on_a_climb_slower_than_tol():
+    """A noise-free climb of tol / 10 per unit has converged: it fires at the first check."""
+    tol, steps = 1e-3, 8
+    rule = StoppingRule(tol, 3, 4, steps)
+    values = -1.0 + 0.1 * tol * np.arange(400) / steps
+    assert feed(rule, values) == 2 * 3 * 4 - 1
+
+
+def test_does_not_fire_on_a_climb_slower_than_tol_per_period_but_faster_than_tol_per_unit():
+    """20 periods per unit, a rise of tol / 10 per period = 2 tol per unit: still climbing."""
+    tol = 1e-3
+    rule = StoppingRule(tol, 5, 5, 100)
+    per_step = 0.1 * tol / 5
+    values = -1.0 + per_step * np.arange(5 * 300)
+    assert feed(rule, values) is None
+
+
+def test_does_not_fire_on_a_single_dip_inside_a_climb():
+    """One period ten periods' climb below the trend: a rule comparing single periods would stop."""
+    tol, climb = 1e-4, 1e-2  # per period (= one unit)
+    rule = StoppingRule(tol, 5, 4, 4)
+    per_period = -1.0 + climb * np.arange(60)
+    per_period[30] -= 10 * climb
+    values = np.repeat(per_period, 4)
+    assert feed(rule, values) is None
+    # the dipping period is below the one before it
+    assert rule.period_means[30] < rule.period_means[29]
