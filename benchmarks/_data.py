@@ -20,6 +20,7 @@ __all__ = [
     "load_keel",
     "load_flights",
     "load_regression",
+    "load_synthetic",
     "KEEL_MULTICLASS",
     "KEEL_MULTICLASS_SETS",
     "init_inducing",
@@ -212,3 +213,61 @@ def load_regression(name, quick=False, random_state=0):
         X_tr, X_te, y_tr, y_te = out
         out = (X_tr[:3000], X_te[:1000], y_tr[:3000], y_te[:1000])
     return out
+
+
+def _friedman1(X):
+    """Friedman #1 (Friedman 1991; sklearn's ``make_friedman1``) without its noise; columns 5+ are unused."""
+    return (10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - 0.5) ** 2
+            + 10 * X[:, 3] + 5 * X[:, 4])
+
+
+def _sine1d(X):
+    return np.sin(3 * X[:, 0]) + 0.3 * X[:, 0] ** 2
+
+
+def _sine2d(X):
+    return np.sin(2 * X[:, 0]) * np.cos(X[:, 1]) + 0.5 * np.sin(3 * X[:, 1])
+
+
+#: name -> (function of the raw inputs, input sampler(rng, n, d), default d)
+_SYNTHETIC = {
+    "friedman1": (_friedman1, lambda rng, n, d: rng.uniform(0.0, 1.0, size=(n, d)), 6),
+    "sine1d": (_sine1d, lambda rng, n, d: rng.uniform(-3.0, 3.0, size=(n, d)), 1),
+    "sine2d": (_sine2d, lambda rng, n, d: rng.uniform(-2.0, 2.0, size=(n, d)), 2),
+}
+
+
+def load_synthetic(name="friedman1", n_train=1_000_000, n_test=100_000, noise_sd=0.2, n_features=None,
+                   random_state=0):
+    """A synthetic regression set with KNOWN Gaussian noise, standardised like the other loaders.
+
+    ``"friedman1"``: Friedman's #1 function of 5 inputs uniform on [0, 1] (``n_features`` >= 5,
+    default 6: the extra inputs are irrelevant, for ARD to switch off); ``"sine1d"``: sin(3x) +
+    0.3 x^2 on [-3, 3]; ``"sine2d"``: sin(2 x1) cos(x2) + 0.5 sin(3 x2) on [-2, 2]^2. The noiseless
+    function f is scaled to unit standard deviation over the drawn rows (training and test
+    together, so the scale is a property of the generator, not of the training split); then
+    ``y = f + noise_sd * eps`` with standard normal eps, all drawn from ``random_state``.
+
+    X and y are standardised with the training statistics, as :func:`load_diamonds` does, so
+    on that scale the noise standard deviation is ``noise_sd / y_std``: that is the test RMSE
+    of the true function (the noise floor), and ``0.5 log(2 pi e sigma^2)`` with that sigma is
+    the Bayes NLPD floor. Returns ``X_train, X_test, y_train, y_test, info`` where ``info``
+    holds ``noise_sd, y_mean, y_std, noise_floor_rmse, nlpd_floor`` and ``f_test`` (the true
+    function at the test rows, standardised scale).
+    """
+    fn, sampler, d_default = _SYNTHETIC[name]
+    d = d_default if n_features is None else int(n_features)
+    rng = np.random.default_rng(random_state)
+    n = n_train + n_test
+    X = sampler(rng, n, d)
+    f = fn(X)
+    f = (f - f.mean()) / f.std()
+    y = f + noise_sd * rng.standard_normal(n)
+    X_tr, X_te, _, _ = _standardise(X[:n_train], X[n_train:])
+    y_mu, y_sd = y[:n_train].mean(), y[:n_train].std()
+    y_tr, y_te = (y[:n_train] - y_mu) / y_sd, (y[n_train:] - y_mu) / y_sd
+    sigma = noise_sd / y_sd
+    info = dict(name=name, n_features=d, noise_sd=float(noise_sd), y_mean=float(y_mu), y_std=float(y_sd),
+                noise_floor_rmse=float(sigma), nlpd_floor=float(0.5 * np.log(2 * np.pi * np.e * sigma**2)),
+                f_test=np.ascontiguousarray((f[n_train:] - y_mu) / y_sd))
+    return tuple(np.ascontiguousarray(a) for a in (X_tr, X_te, y_tr, y_te)) + (info,)

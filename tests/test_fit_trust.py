@@ -14,7 +14,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, Ration
 from threadpoolctl import threadpool_limits
 
 from skgp_sparse import SparseGPClassifier, SparseGPRegressor
-from skgp_sparse._estimators import _common
+from skgp_sparse._estimators import _training
 from skgp_sparse.linalg import JitterWarning
 
 
@@ -295,7 +295,7 @@ def test_minibatch_fit_settles_q_at_the_exact_optimum(monkeypatch, learn_inducin
     gives the recorded bound (``pass_chunk=50``: q settled from several chunks, a running
     average of their optima)."""
     if pass_chunk is not None:
-        monkeypatch.setattr(_common, "PASS_CHUNK", pass_chunk)
+        monkeypatch.setattr(_training, "PASS_CHUNK", pass_chunk)
     X, y = two_features(300)
     reg = SparseGPRegressor(n_inducing=20, batch_size=64, max_iter=20, learn_inducing=learn_inducing,
                             random_state=0).fit(X, y)

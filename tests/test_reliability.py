@@ -8,7 +8,7 @@ from sklearn.model_selection import cross_validate
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from skgp_sparse import SparseGPClassifier, SparseGPRegressor
-from skgp_sparse._estimators._common import CONJUGATE_WARMUP_STEPS, FitInterruptedWarning
+from skgp_sparse._estimators._training import CONJUGATE_WARMUP_STEPS, FitInterruptedWarning
 from skgp_sparse.elbo import VariationalModel
 
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")

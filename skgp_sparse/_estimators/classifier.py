@@ -12,23 +12,25 @@ from ..kernels import compile_kernel
 from ..likelihoods import BernoulliLikelihood, RobustMaxLikelihood, SoftmaxLikelihood
 from ._common import (
     COMMON_CONSTRAINTS,
-    StreamState,
     check_basis_options,
     check_n_data,
-    evaluate_bound_at,
     feature_scale,
     generator_from,
     initial_inducing_points,
     is_dask_collection,
     latent_in_chunks,
     latent_white_noise,
-    make_optimisers,
     record_fit,
     resolve_kernel,
+    training_rows,
+)
+from ._training import (
+    StreamState,
+    evaluate_bound_at,
+    make_optimisers,
     run_partial_pass,
     run_training,
     starting_jitter,
-    training_rows,
 )
 
 #: Likelihoods with one latent function (two classes only), by link name.
