@@ -148,7 +148,7 @@ class VariationalModel:
         BatchResult
         """
         scale = self.n_data / X.shape[0]
-        mean, var, tape = self._marginals(X, bool(need_grad))
+        mean, var, tape = self._marginals(X, need_grad)
         var = self._per_latent_var(mean, var)
         if self.latent_noise is not None:
             var = var + self.latent_noise.value

@@ -245,7 +245,7 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
     state : CoupledState
     jitter : float
         Relative jitter for the Cholesky of K_zz.
-    need_grad : bool
+    need_grad : bool or "natural"
         Keep what :func:`backward` and :func:`natural_step` need.
     form : {"auto", "whitened", "folded"}
         How they are evaluated (the model is the same): "whitened" through
@@ -262,12 +262,15 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
     tape : object for :func:`backward` and :func:`natural_step` (None without need_grad)
     """
     Z = state.inducing
-    low_k, used, back_zz = factor_kzz(kernel, Z, jitter, need_grad)
-    if need_grad:
+    # "natural": a tape for natural_step only, without the kernel's derivatives.
+    with_vjp = need_grad and need_grad != "natural"
+    low_k, used, back_zz = factor_kzz(kernel, Z, jitter, with_vjp)
+    if with_vjp:
         kzx, back_zx = kernel.vjp(Z, X)
         kdiag, back_diag = kernel.diag_vjp(X)
     else:
         kzx, kdiag = kernel(Z, X), kernel.diag(X)
+        back_zx = back_diag = None
     inv_low = None
     fold_if_stable = need_grad and kzx.dtype == np.float64 and X.shape[0] >= FOLDED_FORM_MIN_ROWS_PER_POINT * Z.shape[0]
     if form == "folded" or (form == "auto" and fold_if_stable):
