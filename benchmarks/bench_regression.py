@@ -61,8 +61,9 @@ def accuracy(X, Xt, y, yt, threads, epochs, dataset, M=256):
     rows, fitted = [], None
     for basis, kernel in runs:
         settings = basis_settings(basis, M)
+        # A fixed number of epochs (the stopping rule out of play), as the peer runs.
         reg = SparseGPRegressor(sklearn_kernel(kernel, X.shape[1]), batch_size=1024, max_iter=epochs,
-                                random_state=0, **settings)
+                                tol=0.0, n_iter_no_change=10**6, random_state=0, **settings)
         with threadpool_limits(threads), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fit_s, curve = fit_with_curve(reg, X, y, evaluate)

@@ -104,7 +104,8 @@ def diamonds(epochs, threads):
         if split == "first":
             solve.split_inducing = first_split
         try:
-            reg = SparseGPRegressor(batch_size=BATCH, max_iter=epochs, random_state=0, **params)
+            reg = SparseGPRegressor(batch_size=BATCH, max_iter=epochs, tol=0.0, n_iter_no_change=10**6, random_state=0,
+                                    **params)
             fit_s, curve = fit_with_curve(reg, X, y, threads)
         finally:
             solve.split_inducing = original
