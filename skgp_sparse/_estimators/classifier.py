@@ -104,9 +104,9 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
     n_orthogonal : int, default=0
         Size of the extra orthogonal set of the ``"orth_decoupled"`` and ``"solve"``
         bases; must be 0 for the others.
-    batch_size : int or None, default=1024
+    batch_size : int, "auto" or None, default=1024
         Rows per training step; None (or a value at least the number of samples) means
-        full batch.
+        full batch; "auto" means full batch up to 4,096 rows and 1,024 above.
     max_iter : int, default=100
         Maximum number of epochs (passes over the data).
     tol : float, default=1e-3

@@ -71,9 +71,9 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
     n_orthogonal : int, default=0
         Size of the extra orthogonal set of the ``"orth_decoupled"`` and ``"solve"``
         bases; must be 0 for the others.
-    batch_size : int or None, default=1024
-        Rows per training step; None (or a value at least the number of samples) means
-        full batch: then the coupled and orthogonally decoupled bases maximise the
+    batch_size : "auto", int or None, default="auto"
+        Rows per training step. "auto": one batch of all rows up to 4,096 of them, batches
+        of 1,024 above. None (or a value at least the number of samples) means full batch: then the coupled and orthogonally decoupled bases maximise the
         collapsed bound (q(u) optimal for every hyperparameter) with ``optimizer``, as
         GaussianProcessRegressor maximises its log marginal likelihood.
     max_iter : int, default=100
@@ -205,7 +205,7 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         basis="coupled",
         n_inducing=256,
         n_orthogonal=0,
-        batch_size=1024,
+        batch_size="auto",
         max_iter=100,
         tol=1e-3,
         n_iter_no_change=3,
