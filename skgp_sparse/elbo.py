@@ -124,12 +124,21 @@ class VariationalModel:
             self.jitter = max(self.jitter, tape.jitter)
         return mean, var, tape
 
-    @staticmethod
-    def _per_latent_var(mean, var):
+    def _per_latent_var(self, mean, var):
+        """The variance of each latent function at each row, latent white noise included."""
         # One variance column per latent function (the mean's columns): latents sharing one
         # covariance (C = 1) broadcast it. The number of latents is not that of the target
         # columns: a K-class label is one column for K latents.
-        return var if var.shape[1] == mean.shape[1] else np.broadcast_to(var, mean.shape)
+        var = var if var.shape[1] == mean.shape[1] else np.broadcast_to(var, mean.shape)
+        return var if self.latent_noise is None else var + self.latent_noise.value
+
+    def natural_step_is_exact(self, jointly=True):
+        """Whether a full-data natural step of size one lands on q's optimum: natural steps
+        on q, a conjugate likelihood, and a basis whose step is exact (``jointly``: for all
+        its Gaussian blocks at once, ``EXACT_NATURAL_STEP``; otherwise for each block given
+        the others, ``CONJUGATE_NATURAL_STEP``)."""
+        flag = "EXACT_NATURAL_STEP" if jointly else "CONJUGATE_NATURAL_STEP"
+        return self.natural and self.likelihood.conjugate and getattr(self.basis, flag, False)
 
     def evaluate(self, X, Y, need_grad=True):
         """ELBO estimate from the rows (X, Y) of the training set, and its gradients.
@@ -150,8 +159,6 @@ class VariationalModel:
         scale = self.n_data / X.shape[0]
         mean, var, tape = self._marginals(X, need_grad)
         var = self._per_latent_var(mean, var)
-        if self.latent_noise is not None:
-            var = var + self.latent_noise.value
         ell, d_mean, d_var = self.likelihood.expected_log_lik(Y, mean, var)
         elbo = scale * float(ell.sum()) - self.basis.kl_divergence(self.kernel, self.state, self.jitter, tape)
         if not need_grad:
@@ -187,27 +194,23 @@ class VariationalModel:
         for xb, yb in chunks:
             mean, var, _ = self._marginals(xb, need_grad=False)
             var = self._per_latent_var(mean, var)
-            if self.latent_noise is not None:
-                var = var + self.latent_noise.value
             total += float(self.likelihood.expected_log_lik(yb, mean, var)[0].sum())
         return total
 
     def elbo(self, X, Y, chunk_size=4096):
         """The exact ELBO over the rows (X, Y), in nats."""
-        chunks = ((X[i : i + chunk_size], Y[i : i + chunk_size]) for i in range(0, X.shape[0], chunk_size))
-        return self.elbo_of_chunks(chunks)
+        return self.elbo_of_chunks(_row_chunks(X, Y, chunk_size))
 
     def sample_elbo(self, X, Y, chunk_size=4096):
         """The ELBO estimated from the rows (X, Y) of the training set: their expected
         log-likelihood scaled to ``n_data`` rows, minus the KL (nats)."""
-        chunks = ((X[i : i + chunk_size], Y[i : i + chunk_size]) for i in range(0, X.shape[0], chunk_size))
-        kl = self.basis.kl_divergence(self.kernel, self.state, self.jitter)
-        return self.n_data / X.shape[0] * self.expected_log_lik_sum(chunks) - kl
+        return self.elbo_of_chunks(_row_chunks(X, Y, chunk_size), scale=self.n_data / X.shape[0])
 
-    def elbo_of_chunks(self, chunks):
-        """The exact ELBO over the rows of ``chunks`` (an iterable of (X, Y)), in nats."""
+    def elbo_of_chunks(self, chunks, scale=1.0):
+        """``scale`` times the expected log-likelihood of the rows of ``chunks`` (an
+        iterable of (X, Y)) minus the KL, in nats: the exact ELBO when they are every row."""
         kl = self.basis.kl_divergence(self.kernel, self.state, self.jitter)
-        return self.expected_log_lik_sum(chunks) - kl
+        return scale * self.expected_log_lik_sum(chunks) - kl
 
     def diagnostics(self):
         """The basis's diagnostics of the current state (``{}`` when it offers none)."""
@@ -216,3 +219,8 @@ class VariationalModel:
 
     def predictor(self):
         return self.basis.make_predictor(self.kernel, self.state, self.jitter)
+
+
+def _row_chunks(X, Y, size):
+    """(X, Y) in consecutive chunks of ``size`` rows."""
+    return ((X[i : i + size], Y[i : i + size]) for i in range(0, X.shape[0], size))

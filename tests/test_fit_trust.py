@@ -461,3 +461,27 @@ def test_auto_batch_size_is_one_batch_up_to_4096_rows_and_1024_above():
         same = SparseGPRegressor(batch_size=explicit, **settings).fit(X[:n], y[:n])
         np.testing.assert_array_equal(auto.predict(X[:50]), same.predict(X[:50]))
         assert auto.n_steps_ == same.n_steps_
+
+
+def test_collapsed_objective_gradient_matches_finite_differences():
+    """The optimiser's packed vector (log-hyperparameters, log noise, inducing inputs in units
+    of each feature's spread): its gradient, by central differences in every entry."""
+    rng = np.random.default_rng(1)
+    X = rng.uniform(-3, 3, (60, 2)) * np.array([30.0, 0.2])  # spreads far from 1
+    y = np.sin(X[:, 0] / 30.0) + X[:, 1] + 0.1 * rng.standard_normal(60)
+    captured = []
+
+    def keep_start(obj_func, initial_theta, bounds):
+        captured.append((obj_func, initial_theta.copy()))
+        return initial_theta, obj_func(initial_theta, eval_gradient=False)
+
+    kernel = ConstantKernel(1.0) * RBF([20.0, 0.5])
+    SparseGPRegressor(kernel, n_inducing=8, batch_size=None, optimizer=keep_start, random_state=0).fit(X, y)
+    obj_func, start = captured[0]
+    assert start.size == 3 + 1 + 8 * 2
+    point = start + 0.05 * rng.standard_normal(start.size)
+    _, grad = obj_func(point)
+    eps = 1e-6
+    fd = np.array([(obj_func(point + eps * e, eval_gradient=False) - obj_func(point - eps * e, eval_gradient=False))
+                   / (2 * eps) for e in np.eye(point.size)])
+    np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-6)

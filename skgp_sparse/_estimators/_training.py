@@ -96,7 +96,7 @@ class StreamState:
     x_scale: np.ndarray
 
 
-def make_optimisers(estimator, model, x_scale, conjugate, full_batch, steps_done, falling_elbo_backoff=True):
+def make_optimisers(estimator, model, x_scale, full_batch, steps_done, falling_elbo_backoff=True):
     """The natural-step schedule and Adam for the estimator's settings.
 
     ``steps_done`` (a warm start) lets the natural-step schedule continue where it was
@@ -105,6 +105,7 @@ def make_optimisers(estimator, model, x_scale, conjugate, full_batch, steps_done
     (unless ``falling_elbo_backoff`` is False: partial_fit calls see different rows, so
     their ELBOs are not comparable).
     """
+    conjugate = model.likelihood.conjugate
     schedule = NaturalStepSchedule(
         estimator.natural_step_size,
         conjugate=conjugate,
@@ -133,14 +134,9 @@ def starting_jitter(estimator, kernel, Z, noise_variance=None):
     return float(estimator.jitter)
 
 
-def fits_collapsed(model, rows, batch, conjugate):
+def fits_collapsed(model, rows, batch):
     """Whether the fit optimises the collapsed bound (full batch, exact natural steps)."""
-    return (
-        conjugate
-        and model.natural
-        and batch >= rows.n_rows
-        and getattr(model.basis, "EXACT_NATURAL_STEP", False)
-    )
+    return batch >= rows.n_rows and model.natural_step_is_exact()
 
 
 def run_collapsed(estimator, model, rows, Y, rng, x_scale):
@@ -191,19 +187,19 @@ def warmup_steps(model, schedule, steps_per_epoch):
     return max(0, total - schedule.t)
 
 
-def settle_and_bound(model, rows, Y, rng, schedule, batch, conjugate):
+def settle_and_bound(model, rows, Y, rng, schedule, batch):
     """After minibatch training: q(u) brought to the final hyperparameters, then the exact bound.
 
     Returns the ELBO of the fitted model over all training rows (one more pass over them).
     """
-    exact = conjugate and model.natural and getattr(model.basis, "CONJUGATE_NATURAL_STEP", False)
+    exact = model.natural_step_is_exact(jointly=False)
     if model.natural:
         size = max(batch, PASS_CHUNK) if exact else batch
         settle_variational(model, rows.batches(Y, size), rng, schedule, exact, SETTLE_STEPS)
     return model.elbo_of_chunks(rows.batches(Y, PASS_CHUNK)(rng))
 
 
-def run_training(estimator, model, rows, Y, rng, conjugate, steps_done=0, x_scale=None):
+def run_training(estimator, model, rows, Y, rng, steps_done=0, x_scale=None):
     """Fit ``model`` with the estimator's settings; returns ``(history, schedule, bound)``.
 
     A full-batch Gaussian fit on a basis with exact natural steps optimises the collapsed
@@ -215,9 +211,9 @@ def run_training(estimator, model, rows, Y, rng, conjugate, steps_done=0, x_scal
     n = rows.n_rows
     batch = batch_rows(estimator, n)
     x_scale = feature_scale(rows.sample) if x_scale is None else x_scale
-    schedule, adam = make_optimisers(estimator, model, x_scale, conjugate, batch >= n, steps_done)
+    schedule, adam = make_optimisers(estimator, model, x_scale, batch >= n, steps_done)
     name = type(estimator).__name__
-    if fits_collapsed(model, rows, batch, conjugate):
+    if fits_collapsed(model, rows, batch):
         history, bound = run_collapsed(estimator, model, rows, Y, rng, x_scale)
         step_tolerance = 0.0
     else:
@@ -242,7 +238,7 @@ def run_training(estimator, model, rows, Y, rng, conjugate, steps_done=0, x_scal
         if history.interrupted:
             warn_interrupted(estimator, history)
             return history, schedule, None
-        bound = settle_and_bound(model, rows, Y, rng, schedule, batch, conjugate)
+        bound = settle_and_bound(model, rows, Y, rng, schedule, batch)
         step_tolerance = estimator.learning_rate
         if not history.converged:
             warnings.warn(
@@ -301,7 +297,7 @@ def warn_interrupted(estimator, history):
     )
 
 
-def evaluate_bound_at(model, X, Y, theta, eval_gradient, conjugate):
+def evaluate_bound_at(model, X, Y, theta, eval_gradient):
     """The bound on (X, Y) at kernel log-hyperparameters ``theta`` with q re-optimised.
 
     For a Gaussian likelihood and the coupled basis this is the collapsed bound; otherwise
@@ -310,8 +306,7 @@ def evaluate_bound_at(model, X, Y, theta, eval_gradient, conjugate):
     """
     if theta is not None:
         model.set_adam_params({"theta": np.asarray(theta, dtype=np.float64)})
-    exact = conjugate and model.natural and getattr(model.basis, "EXACT_NATURAL_STEP", False)
-    value = optimal_q(model, X, Y, exact)
+    value = optimal_q(model, X, Y, model.natural_step_is_exact())
     if not eval_gradient:
         return value
     return value, model.evaluate(X, Y).grads["theta"]

@@ -24,9 +24,9 @@ from ._common import (
     resolve_kernel,
     training_rows,
 )
+from ._objective import BoundMethods
 from ._training import (
     StreamState,
-    evaluate_bound_at,
     make_optimisers,
     run_partial_pass,
     run_training,
@@ -60,7 +60,7 @@ def make_likelihood(name, n_classes):
     return SoftmaxLikelihood(n_classes)
 
 
-class SparseGPClassifier(ClassifierMixin, BaseEstimator):
+class SparseGPClassifier(BoundMethods, ClassifierMixin, BaseEstimator):
     """Sparse variational Gaussian process classification, fitted by minibatch natural gradients.
 
     Two classes are modelled by one latent GP through a Bernoulli likelihood (probit or
@@ -342,7 +342,7 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         else:
             model = self._initial_model(rows.sample, rows.n_rows, rng)
         steps_done = self.n_steps_ if warm else 0
-        history, schedule, bound = run_training(self, model, rows, Y, rng, conjugate=False, steps_done=steps_done)
+        history, schedule, bound = run_training(self, model, rows, Y, rng, steps_done=steps_done)
         record_fit(self, model, history, schedule, steps_done, bound=bound)
         self.n_rows_seen_ = rows.n_rows
         self._stream_state = None
@@ -405,7 +405,7 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         steps_done = 0 if first else self.n_steps_
         if stream is None:
             x_scale = feature_scale(rows.sample)
-            schedule, adam = make_optimisers(self, model, x_scale, False, False, steps_done, falling_elbo_backoff=False)
+            schedule, adam = make_optimisers(self, model, x_scale, False, steps_done, falling_elbo_backoff=False)
             stream = StreamState(adam, schedule, rng, x_scale)
         history = run_partial_pass(self, model, rows, Y, stream)
         record_fit(self, model, history, stream.schedule, steps_done, append=not first)
@@ -505,53 +505,6 @@ class SparseGPClassifier(ClassifierMixin, BaseEstimator):
         proba = self.predict_proba(X)
         return self.classes_[np.argmax(proba, axis=1)]
 
-    def elbo(self, X, y):
-        """Evidence lower bound of (X, y) at the fitted parameters, in nats (summed over rows).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-            Labels from ``classes_``.
-
-        Returns
-        -------
-        float
-        """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        y = np.asarray(y).reshape(-1)
-        if y.shape[0] != X.shape[0]:
-            raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
-        return self._fitted_model(X.shape[0]).elbo(X, self._encode(y))
-
-    def log_marginal_likelihood(self, X, y, theta=None, eval_gradient=False):
-        """The bound on (X, y) at kernel hyperparameters ``theta``, with q(u) optimal for them.
-
-        The counterpart of GaussianProcessClassifier.log_marginal_likelihood: q(u) is
-        moved to its optimum for ``theta`` by damped full-batch natural steps (the
-        inducing inputs stay as fitted). The training data are not stored, so they are
-        passed here.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-            Labels from ``classes_``.
-        theta : array-like of shape (n_kernel_params,), default=None
-            Log-hyperparameters in ``kernel_.theta`` order; None means the fitted ones.
-        eval_gradient : bool, default=False
-            Also return the gradient in theta.
-
-        Returns
-        -------
-        bound : float
-        bound_gradient : ndarray of shape (n_kernel_params,), optional
-        """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        y = np.asarray(y).reshape(-1)
-        if y.shape[0] != X.shape[0]:
-            raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
-        model = self._fitted_model(X.shape[0])
-        return evaluate_bound_at(model, X, self._encode(y), theta, eval_gradient, conjugate=False)
+    def _bound_targets(self, y):
+        """Labels as the likelihood takes them: class indices."""
+        return self._encode(np.asarray(y).reshape(-1))

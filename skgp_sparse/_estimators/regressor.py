@@ -24,9 +24,9 @@ from ._common import (
     resolve_kernel,
     training_rows,
 )
+from ._objective import BoundMethods
 from ._training import (
     StreamState,
-    evaluate_bound_at,
     make_optimisers,
     run_partial_pass,
     run_training,
@@ -34,7 +34,7 @@ from ._training import (
 )
 
 
-class SparseGPRegressor(RegressorMixin, BaseEstimator):
+class SparseGPRegressor(BoundMethods, RegressorMixin, BaseEstimator):
     """Sparse variational Gaussian process regression, fitted by minibatch natural gradients.
 
     The latent function has a GP prior with the given kernel; a set of inducing inputs
@@ -343,7 +343,7 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         else:
             model = self._initial_model(rows.sample, Y.shape[1], rows.n_rows, rng)
         steps_done = self.n_steps_ if warm else 0
-        history, schedule, bound = run_training(self, model, rows, Y, rng, conjugate=True, steps_done=steps_done)
+        history, schedule, bound = run_training(self, model, rows, Y, rng, steps_done=steps_done)
 
         self.noise_variance_ = model.noise.value
         record_fit(self, model, history, schedule, steps_done, bound=bound)
@@ -393,7 +393,7 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         steps_done = 0 if first else self.n_steps_
         if stream is None:
             x_scale = feature_scale(rows.sample)
-            schedule, adam = make_optimisers(self, model, x_scale, True, False, steps_done, falling_elbo_backoff=False)
+            schedule, adam = make_optimisers(self, model, x_scale, False, steps_done, falling_elbo_backoff=False)
             stream = StreamState(adam, schedule, rng, x_scale)
         history = run_partial_pass(self, model, rows, Y, stream)
         self.noise_variance_ = model.noise.value
@@ -507,55 +507,6 @@ class SparseGPRegressor(RegressorMixin, BaseEstimator):
         draws = [rng.multivariate_normal(mean[:, p], cov[..., p], n_samples).T[:, np.newaxis] for p in range(mean.shape[1])]
         return np.hstack(draws)
 
-    def elbo(self, X, y):
-        """Evidence lower bound of (X, y) at the fitted parameters, in nats (summed over rows).
-
-        On the normalised targets when ``normalize_y``, like
-        GaussianProcessRegressor.log_marginal_likelihood.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,) or (n_samples, n_targets)
-
-        Returns
-        -------
-        float
-        """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        y = np.asarray(y, dtype=np.float64)
-        Y = ((y.reshape(-1, 1) if y.ndim == 1 else y) - self._y_train_mean) / self._y_train_std
-        if Y.shape[0] != X.shape[0]:
-            raise ValueError(f"X has {X.shape[0]} rows but y has {Y.shape[0]}")
-        return self._fitted_model(X.shape[0]).elbo(X, Y)
-
-    def log_marginal_likelihood(self, X, y, theta=None, eval_gradient=False):
-        """The bound on (X, y) at kernel hyperparameters ``theta``, with q(u) optimal for them.
-
-        For the coupled basis this is Titsias' collapsed bound (q(u) in closed form), the
-        sparse counterpart of GaussianProcessRegressor.log_marginal_likelihood; fitted
-        inducing inputs and noise are kept (unless the noise is a WhiteKernel term of
-        theta). Unlike GPR the training data are not stored, so they are passed here.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,) or (n_samples, n_targets)
-            On the original scale; normalised as in fit.
-        theta : array-like of shape (n_kernel_params,), default=None
-            Log-hyperparameters in ``kernel_.theta`` order; None means the fitted ones.
-        eval_gradient : bool, default=False
-            Also return the gradient in theta.
-
-        Returns
-        -------
-        bound : float
-        bound_gradient : ndarray of shape (n_kernel_params,), optional
-        """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        Y = self._scale_targets(np.asarray(y, dtype=np.float64))
-        if Y.shape[0] != X.shape[0]:
-            raise ValueError(f"X has {X.shape[0]} rows but y has {Y.shape[0]}")
-        return evaluate_bound_at(self._fitted_model(X.shape[0]), X, Y, theta, eval_gradient, conjugate=True)
+    def _bound_targets(self, y):
+        """y as the likelihood takes it: columns on the scale of the fit."""
+        return self._scale_targets(np.asarray(y, dtype=np.float64))

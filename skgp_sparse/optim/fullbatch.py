@@ -103,7 +103,7 @@ class CollapsedObjective:
         """Move the model to ``vector`` and to q(u)'s optimum there; the ELBO and gradients."""
         model = self.model
         model.set_adam_params(self.packing.unpack(np.asarray(vector, dtype=np.float64)))
-        model.state = model.natural_step(model.evaluate(self.X, self.Y, need_grad="natural"), 1.0)
+        land_on_optimal_q(model, self.X, self.Y)
         self.n_evaluations += 1
         return model.evaluate(self.X, self.Y)
 
@@ -245,6 +245,11 @@ def optimise_collapsed(model, X, Y, optimizer, n_restarts, rng, scales=None, ver
     return SearchResult(result.elbo, n_iter, success, objective.n_evaluations, [-r[0] for r in runs])
 
 
+def land_on_optimal_q(model, X, Y):
+    """One natural step of size one on all rows (X, Y): q's optimum where the step is exact."""
+    model.state = model.natural_step(model.evaluate(X, Y, need_grad="natural"), 1.0)
+
+
 def optimal_q(model, X, Y, exact, max_steps=500, rtol=1e-12):
     """Move ``model``'s q to its optimum on the full batch (X, Y), hyperparameters fixed.
 
@@ -258,7 +263,7 @@ def optimal_q(model, X, Y, exact, max_steps=500, rtol=1e-12):
         The bound at the final q.
     """
     if exact:
-        model.state = model.natural_step(model.evaluate(X, Y, need_grad="natural"), 1.0)
+        land_on_optimal_q(model, X, Y)
         return model.evaluate(X, Y, need_grad=False).elbo
     size = 1.0
     result = model.evaluate(X, Y, need_grad="natural")

@@ -191,7 +191,7 @@ def settle_variational(model, batches, rng, schedule, exact, max_steps):
         Step sizes (with back-off) of the inexact case.
     exact : bool
         The natural step of size 1 lands on the batch's optimum (a conjugate likelihood
-        and a basis whose step is exact, see ``exact_natural_steps``). One pass then
+        and a basis whose step is exact, see ``VariationalModel.natural_step_is_exact``). One pass then
         averages the batch optima with weights equal to their row counts: in natural
         parameters that is the optimal q for the whole data, to rounding.
     max_steps : int
