@@ -14,6 +14,42 @@ from dataclasses import dataclass
 import numpy as np
 
 
+class TargetLayout:
+    """How the columns of a training target array are laid out.
+
+    The rows of a fit travel through minibatching, Dask chunking and monitoring as one
+    array, so whatever belongs to a row travels in it: first the ``n_targets`` target
+    columns the likelihood reads, then (``weighted``) the row's sample weight, then
+    (``known_noise``) its known noise variance (the regressor's ``alpha``), which a
+    Gaussian likelihood adds to the learned noise of that row.
+    """
+
+    def __init__(self, n_targets, weighted=False, known_noise=False, mean_weight=1.0):
+        self.n_targets = int(n_targets)
+        self.weighted = bool(weighted)
+        self.known_noise = bool(known_noise)
+        #: Mean sample weight of the training rows: a row counts this much on average.
+        self.mean_weight = float(mean_weight)
+
+    def join(self, Y, weights=None, known_noise=None):
+        """The training array of targets ``Y`` (n, n_targets) and the per-row extras."""
+        columns = [Y]
+        if self.weighted:
+            columns.append(np.reshape(weights, (-1, 1)))
+        if self.known_noise:
+            columns.append(np.reshape(known_noise, (-1, 1)))
+        return np.hstack(columns) if len(columns) > 1 else Y
+
+    def split(self, Y):
+        """(targets, weights (n, 1) or None, likelihood keyword arguments) of a training array."""
+        if Y.shape[1] == self.n_targets:
+            return Y, None, {}
+        k = self.n_targets
+        weights = Y[:, k : k + 1] if self.weighted else None
+        extra = {"extra_noise": Y[:, -1:]} if self.known_noise else {}
+        return Y[:, :k], weights, extra
+
+
 @dataclass
 class BatchResult:
     """One minibatch's ELBO estimate and its derivatives (all for maximisation)."""
@@ -74,7 +110,18 @@ class VariationalModel:
             + (() if natural else tuple(basis.VARIATIONAL_FIELDS))
         )
         self.jitter = jitter
+        #: Layout of the target arrays handed to :meth:`evaluate` (targets only unless a
+        #: fit sets per-row weights or known noise).
+        self.layout = None
         self._sync_noise()
+
+    @property
+    def rows_counted(self):
+        """The number of rows the data term counts: N, times the mean sample weight.
+
+        Per-row figures (stopping rule, plateau) divide by it, so that weights and the
+        repeated rows they stand for give the same figures."""
+        return self.n_data * (1.0 if self.layout is None else self.layout.mean_weight)
 
     # --- parameters seen by Adam ---------------------------------------------------
     def adam_params(self):
@@ -83,6 +130,8 @@ class VariationalModel:
             params["theta"] = self.kernel.theta
             if self.noise is not None and self.noise.learned:
                 params["log_noise"] = np.array([self.noise.log_value])
+            if self._learns_likelihood():
+                params["likelihood"] = self.likelihood.log_params
         for field in self.learn_fields:
             params[field] = getattr(self.state, field)
         return params
@@ -91,13 +140,21 @@ class VariationalModel:
         bounds = {"theta": (self.kernel.bounds[:, 0], self.kernel.bounds[:, 1])}
         if self.noise is not None and self.noise.learned:
             bounds["log_noise"] = self.noise.log_bounds
+        if self._learns_likelihood():
+            bounds["likelihood"] = self.likelihood.log_bounds
         return bounds
+
+    def _learns_likelihood(self):
+        """Whether Adam moves hyperparameters of the likelihood (Student-t's df and scale)."""
+        return self.learn_hyperparameters and getattr(self.likelihood, "n_params", 0) > 0
 
     def set_adam_params(self, params):
         if "theta" in params:
             self.kernel.set_theta(params["theta"])
         if "log_noise" in params:
             self.noise.log_value = float(params["log_noise"][0])
+        if "likelihood" in params:
+            self.likelihood.set_log_params(params["likelihood"])
         for field in self.learn_fields:
             if field in params:
                 setattr(self.state, field, params[field])
@@ -159,7 +216,8 @@ class VariationalModel:
         scale = self.n_data / X.shape[0]
         mean, var, tape = self._marginals(X, need_grad)
         var = self._per_latent_var(mean, var)
-        ell, d_mean, d_var = self.likelihood.expected_log_lik(Y, mean, var)
+        Y, weights, extra = self._split(Y)
+        ell, d_mean, d_var = self._weighted(weights, *self.likelihood.expected_log_lik(Y, mean, var, **extra))
         elbo = scale * float(ell.sum()) - self.basis.kl_divergence(self.kernel, self.state, self.jitter, tape)
         if not need_grad:
             return BatchResult(elbo, {}, None, None, None)
@@ -173,13 +231,26 @@ class VariationalModel:
             # d var / d log(level) = level for each white term carrying the latent noise.
             self.latent_noise.scatter_gradient(float(d_var.sum()) * self.latent_noise.value, theta_bar)
         if self.noise is not None:
-            d_log_noise = scale * float(self.likelihood.d_log_noise(Y, mean, var).sum())
+            d_log_noise = scale * float(self._weighted(weights, self.likelihood.d_log_noise(Y, mean, var, **extra))[0].sum())
             d_log_noise = self.noise.scatter_gradient(d_log_noise, theta_bar)
             if d_log_noise is not None and self.noise.learned:
                 grads["log_noise"] = np.array([d_log_noise])
+        if self._learns_likelihood():
+            grads["likelihood"] = scale * self._weighted(weights, self.likelihood.d_log_params(Y, mean, var))[0].sum(axis=0)
         for field in self.learn_fields:
             grads[field] = field_bars[field]
         return BatchResult(elbo, grads, tape, d_mean, d_var)
+
+    def _split(self, Y):
+        """Targets, weights and likelihood extras of a training array (see :class:`TargetLayout`)."""
+        return (Y, None, {}) if self.layout is None else self.layout.split(Y)
+
+    @staticmethod
+    def _weighted(weights, *per_row):
+        """Each per-row array times the rows' sample weights (unchanged when unweighted)."""
+        if weights is None:
+            return per_row
+        return tuple(a * weights for a in per_row)
 
     def natural_step(self, result, step):
         """Natural-gradient step on the Gaussian blocks from a :class:`BatchResult`
@@ -194,7 +265,8 @@ class VariationalModel:
         for xb, yb in chunks:
             mean, var, _ = self._marginals(xb, need_grad=False)
             var = self._per_latent_var(mean, var)
-            total += float(self.likelihood.expected_log_lik(yb, mean, var)[0].sum())
+            yb, weights, extra = self._split(yb)
+            total += float(self._weighted(weights, self.likelihood.expected_log_lik(yb, mean, var, **extra)[0])[0].sum())
         return total
 
     def elbo(self, X, Y, chunk_size=4096):

@@ -57,21 +57,25 @@ def check_basis_options(basis, n_orthogonal, backend):
         )
 
 
-def feature_scale(X):
+def feature_scale(X, sample_weight=None):
     """Spread (standard deviation) of each column of X; 1 for a constant column.
 
     It sets the default kernel's length scales and the size of Adam's steps on the
-    inducing inputs, so that a fit does the same on X and on ``1e6 * X``.
+    inducing inputs, so that a fit does the same on X and on ``1e6 * X``. With
+    ``sample_weight``, the weighted spread: that of X with each row repeated its weight's
+    number of times.
     """
     n = X.shape[0]
     if n < 2:
         return np.ones(X.shape[1])
+    w = np.ones(n) if sample_weight is None else sample_weight
+    total = float(w.sum())
     # Two passes, the second over row chunks: np.std would make two temporaries of X's size.
-    mean = X.mean(axis=0)
+    mean = (w @ X) / total
     sq = np.zeros(X.shape[1])
     for rows in chunked(n, 65536):
-        sq += ((X[rows] - mean) ** 2).sum(axis=0)
-    scale = np.sqrt(sq / n)
+        sq += w[rows] @ ((X[rows] - mean) ** 2)
+    scale = np.sqrt(sq / total)
     return np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
 
 
@@ -95,6 +99,27 @@ def resolve_kernel(kernel, n_features, x_scale=None):
     compiled.diag(np.zeros((1, n_features)))
     compiled(np.zeros((1, n_features)), np.zeros((1, n_features)))
     return compiled
+
+
+def check_sample_weight(sample_weight, n_rows):
+    """``sample_weight`` as a float64 array of ``n_rows`` finite, non-negative weights with
+    a positive sum (None when it is None)."""
+    if sample_weight is None:
+        return None
+    if is_dask_collection(sample_weight):
+        sample_weight = sample_weight.compute()
+    w = np.asarray(sample_weight, dtype=np.float64)
+    if w.ndim == 0:
+        w = np.full(n_rows, float(w))
+    if w.ndim != 1 or w.shape[0] != n_rows:
+        raise ValueError(f"sample_weight must have shape ({n_rows},) (one weight per row); got {w.shape}")
+    if not np.all(np.isfinite(w)):
+        raise ValueError("sample_weight contains NaN or inf")
+    if np.any(w < 0):
+        raise ValueError(f"sample_weight must be non-negative; got {w.min()!r} (drop the row instead)")
+    if not np.any(w > 0):
+        raise ValueError("sample_weight is zero for every row: at least one weight must be non-zero")
+    return w
 
 
 def latent_white_noise(kernel):
@@ -153,6 +178,10 @@ class InMemoryRows:
         self.X = X
         self.sample = X
         self.n_rows = X.shape[0]
+
+    def sample_weights(self, weights):
+        """The weights of the rows of ``sample`` (None when ``weights`` is None)."""
+        return weights
 
     def batches(self, Y, batch_size):
         """``batches(rng)``: shuffled minibatches of ``batch_size`` rows of (X, Y)."""

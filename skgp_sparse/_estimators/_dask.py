@@ -58,11 +58,16 @@ class DaskRows:
     n_rows : int
     """
 
-    def __init__(self, X, sample):
+    def __init__(self, X, sample, sample_rows):
         self.X = X
         self.sample = sample
+        self.sample_rows = sample_rows
         self.n_rows = X.shape[0]
         self.starts = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(int)
+
+    def sample_weights(self, weights):
+        """The weights of the rows of ``sample`` (None when ``weights`` is None)."""
+        return None if weights is None else weights[self.sample_rows]
 
     def monitor_rows(self, Y, n_rows, rng):
         """None: a streamed fit has no fixed rows in memory to monitor (the stopping rule
@@ -124,7 +129,7 @@ def training_rows(estimator, X, y, rng, reset=True, multi_output=False, y_numeri
     rows = np.arange(n) if n <= MAX_ROWS else np.sort(rng.choice(n, MAX_ROWS, replace=False))
     sample = np.asarray(X[rows].compute())
     sample = validate_data(estimator, sample, reset=reset, dtype=np.float64)
-    return DaskRows(X, sample), y
+    return DaskRows(X, sample, rows), y
 
 
 def map_rows(func, X):

@@ -1,37 +1,14 @@
 """SparseGPClassifier: the scikit-learn face of sparse variational GP classification."""
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from ..bases import BASES
-from ..elbo import VariationalModel
-from ..kernels import compile_kernel
 from ..likelihoods import BernoulliLikelihood, RobustMaxLikelihood, SoftmaxLikelihood
-from ._common import (
-    COMMON_CONSTRAINTS,
-    check_basis_options,
-    check_n_data,
-    feature_scale,
-    generator_from,
-    initial_inducing_points,
-    is_dask_collection,
-    latent_in_chunks,
-    latent_white_noise,
-    record_fit,
-    resolve_kernel,
-    training_rows,
-)
-from ._objective import BoundMethods
-from ._training import (
-    StreamState,
-    make_optimisers,
-    run_partial_pass,
-    run_training,
-    starting_jitter,
-)
+from ._base import SparseGPBase
+from ._common import COMMON_CONSTRAINTS, is_dask_collection
 
 #: Likelihoods with one latent function (two classes only), by link name.
 BINARY_LIKELIHOODS = ("probit", "logit")
@@ -60,7 +37,7 @@ def make_likelihood(name, n_classes):
     return SoftmaxLikelihood(n_classes)
 
 
-class SparseGPClassifier(BoundMethods, ClassifierMixin, BaseEstimator):
+class SparseGPClassifier(ClassifierMixin, SparseGPBase):
     """Sparse variational Gaussian process classification, fitted by minibatch natural gradients.
 
     Two classes are modelled by one latent GP through a Bernoulli likelihood (probit or
@@ -252,30 +229,23 @@ class SparseGPClassifier(BoundMethods, ClassifierMixin, BaseEstimator):
         self.verbose = verbose
         self.warm_start = warm_start
 
-    # --- fitting --------------------------------------------------------------------
+    # --- what the shared core asks of the classifier ---------------------------------
     def _n_latents(self):
         return 1 if self.likelihood_ in BINARY_LIKELIHOODS else len(self.classes_)
 
-    def _build_model(self, kernel, state, n_data):
-        likelihood = make_likelihood(self.likelihood_, len(self.classes_))
-        return VariationalModel(
-            BASES[self.basis],
-            kernel,
-            likelihood,
-            state,
-            n_data,
-            learn_inducing=self.learn_inducing,
-            jitter=starting_jitter(self, kernel, state.inducing),
-            natural=self.variational_optimizer == "natural",
-            latent_noise=latent_white_noise(kernel),
-        )
+    def _latent_shape(self):
+        # The variance adjoint differs between the latents, so each gets its own
+        # covariance (for one latent that is the single covariance).
+        return self._n_latents(), self._n_latents()
 
-    def _fitted_model(self, n_data):
-        """The fitted parameters as a :class:`VariationalModel` over ``n_data`` rows."""
-        kernel = compile_kernel(self.kernel_, white_as_noise=True)
-        model = self._build_model(kernel, self.variational_state_.copy(), n_data)
-        model.jitter = self.jitter_
-        return model
+    def _make_likelihood(self, kernel):
+        return make_likelihood(self.likelihood_, len(self.classes_)), None
+
+    def _known_noise(self, n_rows):
+        return None
+
+    def _record_targets(self, model):
+        """Nothing beyond what every estimator records."""
 
     def _encode(self, y):
         """Labels -> class indices as the (n, 1) float target the likelihoods take."""
@@ -289,18 +259,6 @@ class SparseGPClassifier(BoundMethods, ClassifierMixin, BaseEstimator):
             )
         return idx.astype(np.float64).reshape(-1, 1)
 
-    def _initial_model(self, sample, n_data, rng):
-        """A fresh model: kernel, inducing inputs from ``sample``, q(u) at the prior."""
-        kernel = resolve_kernel(self.kernel, sample.shape[1], feature_scale(sample))
-        Z = initial_inducing_points(self, sample, kernel, rng)
-        # The variance adjoint differs between the latents, so each gets its own
-        # covariance (for one latent that is the single covariance).
-        n_latents = self._n_latents()
-        state = BASES[self.basis].init_state(
-            Z, n_outputs=n_latents, n_covariances=n_latents, n_orthogonal=self.n_orthogonal
-        )
-        return self._build_model(kernel, state, n_data)
-
     def _check_classes(self, classes):
         if classes.shape[0] < 2:
             raise ValueError(
@@ -308,27 +266,11 @@ class SparseGPClassifier(BoundMethods, ClassifierMixin, BaseEstimator):
                 f"the data contain only one class: {classes[0]!r}"
             )
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
-        """Fit the sparse GP classifier to training data.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-            Class labels of any type that ``np.unique`` sorts (strings included).
-
-        Returns
-        -------
-        self : SparseGPClassifier
-        """
-        check_basis_options(self.basis, self.n_orthogonal, self.backend)
-        rng = generator_from(self.random_state)
-        rows, y = training_rows(self, X, y, rng)
+    def _fit_targets(self, y, sample_weight, warm):
         check_classification_targets(y)
-        classes = np.unique(y)
+        present = y if sample_weight is None else y[sample_weight > 0]
+        classes = np.unique(present)
         self._check_classes(classes)
-        warm = self.warm_start and hasattr(self, "variational_state_")
         if warm and not np.array_equal(classes, self.classes_):
             raise ValueError(
                 f"warm_start needs the same classes as the previous fit ({self.classes_.tolist()}); "
@@ -336,20 +278,54 @@ class SparseGPClassifier(BoundMethods, ClassifierMixin, BaseEstimator):
             )
         self.classes_ = classes
         self.likelihood_ = resolve_likelihood(self.likelihood, len(classes))
-        Y = self._encode(y)
-        if warm:
-            model = self._fitted_model(rows.n_rows)
-        else:
-            model = self._initial_model(rows.sample, rows.n_rows, rng)
-        steps_done = self.n_steps_ if warm else 0
-        history, schedule, bound = run_training(self, model, rows, Y, rng, steps_done=steps_done)
-        record_fit(self, model, history, schedule, steps_done, bound=bound)
-        self.n_rows_seen_ = rows.n_rows
-        self._stream_state = None
-        return self
+        return self._encode(y) if sample_weight is None else self._encode_weighted(y, sample_weight)
+
+    def _encode_weighted(self, y, sample_weight):
+        """Class indices, with rows of zero weight (whose label may be absent) coded 0."""
+        codes = np.zeros((y.shape[0], 1))
+        codes[sample_weight > 0] = self._encode(y[sample_weight > 0])
+        return codes
+
+    def _stream_targets(self, y, sample_weight, first, classes):
+        if first and classes is None:
+            raise ValueError("classes must be passed on the first call to partial_fit")
+        if classes is not None:
+            classes = np.unique(np.asarray(classes))
+            if not first and not np.array_equal(classes, self.classes_):
+                raise ValueError(
+                    f"classes={classes.tolist()} differs from the classes of the first call "
+                    f"({self.classes_.tolist()})"
+                )
+            self._check_classes(classes)
+        check_classification_targets(y)
+        if first:
+            self.classes_ = classes
+            self.likelihood_ = resolve_likelihood(self.likelihood, len(classes))
+        return self._encode(y)
+
+    # --- fitting --------------------------------------------------------------------
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Fit the sparse GP classifier to training data.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), or a Dask array
+        y : array-like of shape (n_samples,)
+            Class labels of any type that ``np.unique`` sorts (strings included).
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weight of each row: its expected log-likelihood counts that many
+            times in the ELBO, so an integer weight fits the model of the row repeated
+            that many times and a zero weight the model without the row. None: all ones.
+
+        Returns
+        -------
+        self : SparseGPClassifier
+        """
+        return self._fit(X, y, sample_weight)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X, y, classes=None, n_data=None):
+    def partial_fit(self, X, y, classes=None, sample_weight=None, n_data=None):
         """One pass of minibatch steps over (X, y), continuing the current fit.
 
         The first call (on an unfitted estimator) takes every class in ``classes`` and
@@ -368,6 +344,8 @@ class SparseGPClassifier(BoundMethods, ClassifierMixin, BaseEstimator):
         classes : array-like of shape (n_classes,), optional
             Every label the stream will contain; required on the first call, and if
             given later it must be the same.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weight of each row (see :meth:`fit`).
         n_data : int, optional
             N, the number of training rows that scales the data term of the ELBO (a
             minibatch of B rows counts N / B times). By default the number of rows seen
@@ -378,40 +356,7 @@ class SparseGPClassifier(BoundMethods, ClassifierMixin, BaseEstimator):
         -------
         self : SparseGPClassifier
         """
-        first = not hasattr(self, "variational_state_")
-        if first:
-            check_basis_options(self.basis, self.n_orthogonal, self.backend)
-            if classes is None:
-                raise ValueError("classes must be passed on the first call to partial_fit")
-        if classes is not None:
-            classes = np.unique(np.asarray(classes))
-            if not first and not np.array_equal(classes, self.classes_):
-                raise ValueError(
-                    f"classes={classes.tolist()} differs from the classes of the first call "
-                    f"({self.classes_.tolist()})"
-                )
-            self._check_classes(classes)
-        stream = getattr(self, "_stream_state", None)
-        rng = generator_from(self.random_state) if stream is None else stream.rng
-        rows, y = training_rows(self, X, y, rng, reset=first)
-        check_classification_targets(y)
-        if first:
-            self.classes_ = classes
-            self.likelihood_ = resolve_likelihood(self.likelihood, len(classes))
-        Y = self._encode(y)
-        n_seen = rows.n_rows + (0 if first else self.n_rows_seen_)
-        n_total = check_n_data(n_data, n_seen)
-        model = self._initial_model(rows.sample, n_total, rng) if first else self._fitted_model(n_total)
-        steps_done = 0 if first else self.n_steps_
-        if stream is None:
-            x_scale = feature_scale(rows.sample)
-            schedule, adam = make_optimisers(self, model, x_scale, False, steps_done, falling_elbo_backoff=False)
-            stream = StreamState(adam, schedule, rng, x_scale)
-        history = run_partial_pass(self, model, rows, Y, stream)
-        record_fit(self, model, history, stream.schedule, steps_done, append=not first)
-        self.n_rows_seen_ = n_seen
-        self._stream_state = stream
-        return self
+        return self._partial_fit(X, y, sample_weight, n_data, classes=classes)
 
     # --- prediction -----------------------------------------------------------------
     def _map_dask(self, method, X):
@@ -421,14 +366,9 @@ class SparseGPClassifier(BoundMethods, ClassifierMixin, BaseEstimator):
 
         return map_rows(method, X)
 
-    def _latent(self, X):
-        """Latent mean (n, P) and variance (n, P) of the fitted model."""
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        kernel = compile_kernel(self.kernel_, white_as_noise=True)
-        mean, var = latent_in_chunks(self.predictor_, kernel, X)
-        # Top-level WhiteKernel terms are white noise of the latent function (GPC's reading).
-        var = var + kernel.white_noise_level
+    def _latent_per_class(self, X):
+        """Latent mean (n, L) and variance (n, L) of the fitted model, white noise included."""
+        mean, var = self._latent(X)
         return mean, np.ascontiguousarray(np.broadcast_to(var, mean.shape))
 
     def latent_mean_and_variance(self, X):
@@ -445,7 +385,7 @@ class SparseGPClassifier(BoundMethods, ClassifierMixin, BaseEstimator):
         """
         if is_dask_collection(X):
             return self._map_dask(self.latent_mean_and_variance, X)
-        mean, var = self._latent(X)
+        mean, var = self._latent_per_class(X)
         if mean.shape[1] == 1:
             return mean[:, 0], var[:, 0]
         return mean, var
@@ -464,7 +404,7 @@ class SparseGPClassifier(BoundMethods, ClassifierMixin, BaseEstimator):
         """
         if is_dask_collection(X):
             return self._map_dask(self.predict_proba, X)
-        mean, var = self._latent(X)
+        mean, var = self._latent_per_class(X)
         likelihood = make_likelihood(self.likelihood_, len(self.classes_))
         proba = likelihood.predict_proba(mean, var)
         if proba.shape[1] == 1:

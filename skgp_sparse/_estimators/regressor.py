@@ -3,38 +3,17 @@
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
+from sklearn.base import RegressorMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..bases import BASES
-from ..elbo import VariationalModel
 from ..kernels import compile_kernel
-from ..likelihoods import GaussianLikelihood, NoiseParameter
-from ._common import (
-    COMMON_CONSTRAINTS,
-    check_basis_options,
-    check_n_data,
-    feature_scale,
-    generator_from,
-    initial_inducing_points,
-    is_dask_collection,
-    latent_in_chunks,
-    record_fit,
-    resolve_kernel,
-    training_rows,
-)
-from ._objective import BoundMethods
-from ._training import (
-    StreamState,
-    make_optimisers,
-    run_partial_pass,
-    run_training,
-    starting_jitter,
-)
+from ..likelihoods import GaussianLikelihood, NoiseParameter, PoissonLikelihood, StudentTLikelihood
+from ._base import SparseGPBase
+from ._common import COMMON_CONSTRAINTS, is_dask_collection
 
 
-class SparseGPRegressor(BoundMethods, RegressorMixin, BaseEstimator):
+class SparseGPRegressor(RegressorMixin, SparseGPBase):
     """Sparse variational Gaussian process regression, fitted by minibatch natural gradients.
 
     The latent function has a GP prior with the given kernel; a set of inducing inputs
@@ -53,7 +32,19 @@ class SparseGPRegressor(BoundMethods, RegressorMixin, BaseEstimator):
         and the others stay within their bounds. A ``WhiteKernel`` term added at the top
         level (``k + WhiteKernel()``) is taken as the observation noise: it replaces
         ``noise_variance`` and its bounds, and ``kernel_`` reports the fitted level, as in
-        :class:`~sklearn.gaussian_process.GaussianProcessRegressor`.
+        :class:`~sklearn.gaussian_process.GaussianProcessRegressor`. Under the other
+        likelihoods it is white noise of the latent function. Any scikit-learn kernel is
+        accepted; kernels outside ``skgp_sparse.kernels.COMPILED_KERNELS`` are evaluated
+        through scikit-learn's kernel API (slower), with the inducing inputs fixed.
+    likelihood : {"gaussian", "student_t", "poisson"}, default="gaussian"
+        Observation model. ``"gaussian"``: y = f + noise. ``"student_t"``: y = f + scale *
+        t, t Student-t with learned degrees of freedom (starting at 4) and scale (starting
+        at ``sqrt(noise_variance)``, bounded by the square roots of
+        ``noise_variance_bounds``), for data with outliers; expectations by Gauss-Hermite
+        quadrature. ``"poisson"``: counts y ~ Poisson(exp(f)), exact expectations; with
+        ``normalize_y`` the log-rate is taken relative to the log of the mean count
+        instead of scaling y. The two non-Gaussian likelihoods move q(u) by damped natural
+        steps with the classifier's warm-up and back-off, and model one target column.
     basis : {"coupled", "orth_decoupled", "solve", "inverse_free"}, default="coupled"
         Variational family. ``"coupled"`` is SVGP (Titsias 2009; Hensman et al. 2013).
         ``"orth_decoupled"`` (Salimbeni et al. 2018) adds ``n_orthogonal`` mean-only
@@ -105,6 +96,12 @@ class SparseGPRegressor(BoundMethods, RegressorMixin, BaseEstimator):
         Initial observation-noise variance (on the normalised scale when ``normalize_y``).
     noise_variance_bounds : pair of floats >= 0 or "fixed", default=(1e-6, 1e3)
         Bounds of the noise variance, or "fixed" to keep it at ``noise_variance``.
+    alpha : float or array-like of shape (n_samples,), default=0.0
+        Known noise variance of each training row (measurement errors), added to the
+        learned noise (or WhiteKernel), as GaussianProcessRegressor's ``alpha`` is added
+        to the diagonal of its kernel matrix: like it, on the normalised scale when
+        ``normalize_y``. Gaussian likelihood only; predictions do not include it. For
+        ``partial_fit`` an array has one entry per row of each call.
     optimizer : "fmin_l_bfgs_b", callable or None, default="fmin_l_bfgs_b"
         The optimiser of full-batch fits, with GaussianProcessRegressor's meaning: a
         callable is called as ``optimizer(obj_func, initial_theta, bounds)`` and returns
@@ -146,7 +143,11 @@ class SparseGPRegressor(BoundMethods, RegressorMixin, BaseEstimator):
     orthogonal_points_ : ndarray of shape (n_orthogonal, n_features)
         Fitted inducing inputs of the orthogonal set (bases with ``n_orthogonal``).
     noise_variance_ : float
-        Fitted observation-noise variance (normalised scale when ``normalize_y``).
+        Fitted observation-noise variance (normalised scale when ``normalize_y``); Gaussian
+        likelihood only.
+    likelihood_params_ : dict
+        Fitted likelihood hyperparameters: ``noise_variance`` (Gaussian), ``df`` and
+        ``scale`` (Student-t), none (Poisson).
     n_iter_ : int
         Number of epochs run (one more per ``partial_fit`` call); for a full-batch
         Gaussian fit, L-BFGS-B iterations.
@@ -194,6 +195,8 @@ class SparseGPRegressor(BoundMethods, RegressorMixin, BaseEstimator):
         "noise_variance": [Interval(Real, 0, None, closed="neither")],
         "noise_variance_bounds": [StrOptions({"fixed"}), tuple, list],
         "normalize_y": ["boolean"],
+        "likelihood": [StrOptions({"gaussian", "student_t", "poisson"})],
+        "alpha": [Interval(Real, 0, None, closed="left"), "array-like"],
         "optimizer": [StrOptions({"fmin_l_bfgs_b"}), callable, None],
         "n_restarts_optimizer": [Interval(Integral, 0, None, closed="left")],
     }
@@ -202,6 +205,7 @@ class SparseGPRegressor(BoundMethods, RegressorMixin, BaseEstimator):
         self,
         kernel=None,
         *,
+        likelihood="gaussian",
         basis="coupled",
         n_inducing=256,
         n_orthogonal=0,
@@ -216,6 +220,7 @@ class SparseGPRegressor(BoundMethods, RegressorMixin, BaseEstimator):
         inducing_init="kmeans",
         noise_variance=0.1,
         noise_variance_bounds=(1e-6, 1e3),
+        alpha=0.0,
         normalize_y=True,
         optimizer="fmin_l_bfgs_b",
         n_restarts_optimizer=0,
@@ -226,6 +231,7 @@ class SparseGPRegressor(BoundMethods, RegressorMixin, BaseEstimator):
         warm_start=False,
     ):
         self.kernel = kernel
+        self.likelihood = likelihood
         self.basis = basis
         self.n_inducing = n_inducing
         self.n_orthogonal = n_orthogonal
@@ -240,6 +246,7 @@ class SparseGPRegressor(BoundMethods, RegressorMixin, BaseEstimator):
         self.inducing_init = inducing_init
         self.noise_variance = noise_variance
         self.noise_variance_bounds = noise_variance_bounds
+        self.alpha = alpha
         self.normalize_y = normalize_y
         self.optimizer = optimizer
         self.n_restarts_optimizer = n_restarts_optimizer
@@ -251,10 +258,22 @@ class SparseGPRegressor(BoundMethods, RegressorMixin, BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.target_tags.multi_output = True
+        # The non-Gaussian likelihoods model one target column; Poisson targets are >= 0.
+        tags.target_tags.multi_output = self.likelihood == "gaussian"
+        tags.target_tags.positive_only = self.likelihood == "poisson"
         return tags
 
-    # --- fitting --------------------------------------------------------------------
+    # --- what the shared core asks of the regressor ----------------------------------
+    _data_checks = {"multi_output": True, "y_numeric": True}
+
+    def _learns_hyperparameters(self):
+        return self.optimizer is not None
+
+    def _latent_noise_from_white(self):
+        # A WhiteKernel is the observation noise of the Gaussian likelihood (as in GPR);
+        # under the other likelihoods it is white noise of the latent function.
+        return self.likelihood != "gaussian"
+
     def _log_noise_bounds(self):
         bounds = self.noise_variance_bounds
         if isinstance(bounds, str):
@@ -264,36 +283,87 @@ class SparseGPRegressor(BoundMethods, RegressorMixin, BaseEstimator):
             raise ValueError(f"noise_variance_bounds must satisfy 0 < low <= high; got {bounds}")
         return (np.log(low), np.log(high))
 
-    def _normalise_targets(self, y):
+    def _make_likelihood(self, kernel):
+        if self.likelihood == "gaussian":
+            noise = NoiseParameter(kernel, self.noise_variance, self._log_noise_bounds())
+            return GaussianLikelihood(noise.value), noise
+        if self.likelihood == "student_t":
+            # The noise settings give the Student-t scale (its variance for large df).
+            bounds = self._log_noise_bounds()
+            scale_bounds = "fixed" if bounds is None else tuple(np.sqrt(np.exp(bounds)))
+            if bounds is not None and not bounds[0] <= np.log(self.noise_variance) <= bounds[1]:
+                raise ValueError(
+                    f"noise_variance={self.noise_variance} (the square of the initial Student-t scale) lies "
+                    f"outside noise_variance_bounds={self.noise_variance_bounds}; choose one inside them"
+                )
+            return StudentTLikelihood(scale=np.sqrt(self.noise_variance), scale_bounds=scale_bounds), None
+        return PoissonLikelihood(log_offset=self._log_offset), None
+
+    def _restore_likelihood(self, model):
+        if self.likelihood == "gaussian":
+            model.set_noise_variance(self.noise_variance_)
+        elif model.likelihood.n_params:
+            model.likelihood.set_log_params(self._likelihood_log_params)
+
+    def _latent_shape(self):
+        # Gaussian noise is shared by the outputs, so they share one covariance.
+        return self._y_train_mean.shape[0], 1
+
+    def _known_noise(self, n_rows):
+        alpha = np.asarray(self.alpha, dtype=np.float64)
+        if alpha.ndim == 0:
+            if alpha == 0:
+                return None
+            alpha = np.full(n_rows, float(alpha))
+        if alpha.shape != (n_rows,):
+            raise ValueError(
+                f"alpha must be a scalar or have shape ({n_rows},) (one variance per training row); got {alpha.shape}"
+            )
+        if not np.all(np.isfinite(alpha)) or np.any(alpha < 0):
+            raise ValueError("alpha must hold finite, non-negative noise variances")
+        if self.likelihood != "gaussian":
+            raise ValueError(f"alpha (known noise variances) needs likelihood='gaussian'; got {self.likelihood!r}")
+        return alpha
+
+    def _check_targets(self, y):
         y2 = y.reshape(-1, 1) if y.ndim == 1 else y
-        if self.normalize_y:
-            self._y_train_mean = y2.mean(axis=0)
-            std = y2.std(axis=0)
+        if self.likelihood != "gaussian" and y2.shape[1] != 1:
+            raise ValueError(
+                f"likelihood={self.likelihood!r} models one target column; y has {y2.shape[1]} "
+                "(fit one regressor per column, or use likelihood='gaussian')"
+            )
+        if self.likelihood == "poisson":
+            PoissonLikelihood.check_targets(y2)
+        return y2
+
+    def _fit_targets(self, y, sample_weight, warm):
+        y2 = self._check_targets(y)
+        if warm and self.variational_state_.q_mean.shape[1] != y2.shape[1]:
+            raise ValueError("warm_start needs the same number of targets as the previous fit")
+        return self._normalise_targets(y2, sample_weight)
+
+    def _stream_targets(self, y, sample_weight, first, classes):
+        y2 = self._check_targets(y)
+        if first:
+            self._normalise_targets(y2, sample_weight)
+        return self._scale_targets(y2)
+
+    def _normalise_targets(self, y2, sample_weight):
+        """Set the target normalisation from (weighted) y and return y normalised."""
+        w = np.ones(y2.shape[0]) if sample_weight is None else sample_weight
+        if self.normalize_y and self.likelihood != "poisson":
+            self._y_train_mean = (w @ y2) / w.sum()
+            std = np.sqrt((w @ (y2 - self._y_train_mean) ** 2) / w.sum())
             # A constant target column has nothing to scale.
             self._y_train_std = np.where(std > 0, std, 1.0)
         else:
             self._y_train_mean = np.zeros(y2.shape[1])
             self._y_train_std = np.ones(y2.shape[1])
+        # Counts are not shifted or scaled: the latent log-rate is taken relative to the
+        # log of the mean count instead, so that the zero-mean prior sits on the data.
+        mean_count = float((w @ y2[:, 0]) / w.sum()) if self.likelihood == "poisson" else 1.0
+        self._log_offset = np.log(mean_count) if self.normalize_y and mean_count > 0 else 0.0
         return (y2 - self._y_train_mean) / self._y_train_std
-
-    def _fitted_model(self, n_data):
-        """The fitted parameters as a :class:`VariationalModel` over ``n_data`` rows."""
-        kernel = compile_kernel(self.kernel_, white_as_noise=True)
-        model = self._build_model(kernel, self.variational_state_.copy(), n_data)
-        model.set_noise_variance(self.noise_variance_)
-        model.jitter = self.jitter_
-        return model
-
-    def _build_model(self, kernel, state, n_data):
-        noise = NoiseParameter(kernel, self.noise_variance, self._log_noise_bounds())
-        likelihood = GaussianLikelihood(noise.value)
-        return VariationalModel(
-            BASES[self.basis], kernel, likelihood, state, n_data, noise=noise,
-            learn_inducing=self.learn_inducing,
-            jitter=starting_jitter(self, kernel, state.inducing, noise.value),
-            natural=self.variational_optimizer == "natural",
-            learn_hyperparameters=self.optimizer is not None,
-        )
 
     def _scale_targets(self, y):
         """y on the scale of the first fit (partial_fit calls after the first)."""
@@ -304,18 +374,34 @@ class SparseGPRegressor(BoundMethods, RegressorMixin, BaseEstimator):
             )
         return (y2 - self._y_train_mean) / self._y_train_std
 
-    def _initial_model(self, sample, n_outputs, n_data, rng):
-        """A fresh model: kernel, inducing inputs from ``sample``, q(u) at the prior."""
-        kernel = resolve_kernel(self.kernel, sample.shape[1], feature_scale(sample))
-        Z = initial_inducing_points(self, sample, kernel, rng)
-        # Gaussian noise is shared by the outputs, so they share one covariance.
-        state = BASES[self.basis].init_state(
-            Z, n_outputs=n_outputs, n_covariances=1, n_orthogonal=self.n_orthogonal
-        )
-        return self._build_model(kernel, state, n_data)
+    def _record_targets(self, model):
+        if model.noise is not None:
+            self.noise_variance_ = model.noise.value
+        elif hasattr(self, "noise_variance_"):
+            del self.noise_variance_  # left by an earlier fit under the Gaussian likelihood
+        self.likelihood_params_ = self._fitted_likelihood_params(model.likelihood)
+        self._likelihood_log_params = getattr(model.likelihood, "log_params", np.empty(0))
 
+    @staticmethod
+    def _fitted_likelihood_params(likelihood):
+        if isinstance(likelihood, GaussianLikelihood):
+            return {"noise_variance": likelihood.noise_variance}
+        names = getattr(likelihood, "param_names", ())
+        return dict(zip(names, (float(v) for v in np.exp(likelihood.log_params))))
+
+    def _fitted_likelihood(self):
+        """The likelihood of the fitted model (for predictions)."""
+        kernel = compile_kernel(self.kernel_, white_as_noise=True)
+        likelihood, _ = self._make_likelihood(kernel)
+        if isinstance(likelihood, GaussianLikelihood):
+            likelihood.noise_variance = self.noise_variance_
+        elif likelihood.n_params:
+            likelihood.set_log_params(self._likelihood_log_params)
+        return likelihood
+
+    # --- fitting --------------------------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Fit the sparse GP to training data.
 
         Parameters
@@ -325,34 +411,21 @@ class SparseGPRegressor(BoundMethods, RegressorMixin, BaseEstimator):
             (see the scaling guide).
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
             Targets; several columns share the kernel and the inducing inputs, each with
-            its own variational mean.
+            its own variational mean (Gaussian likelihood only). Non-negative integer
+            counts for ``likelihood="poisson"``.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weight of each row: its expected log-likelihood counts that many
+            times in the ELBO, so an integer weight fits the model of the row repeated
+            that many times and a zero weight the model without the row. None: all ones.
 
         Returns
         -------
         self : SparseGPRegressor
         """
-        check_basis_options(self.basis, self.n_orthogonal, self.backend)
-        rng = generator_from(self.random_state)
-        rows, y = training_rows(self, X, y, rng, multi_output=True, y_numeric=True)
-        Y = self._normalise_targets(y)
-        warm = self.warm_start and hasattr(self, "variational_state_")
-        if warm:
-            if self.variational_state_.q_mean.shape[1] != Y.shape[1]:
-                raise ValueError("warm_start needs the same number of targets as the previous fit")
-            model = self._fitted_model(rows.n_rows)
-        else:
-            model = self._initial_model(rows.sample, Y.shape[1], rows.n_rows, rng)
-        steps_done = self.n_steps_ if warm else 0
-        history, schedule, bound = run_training(self, model, rows, Y, rng, steps_done=steps_done)
-
-        self.noise_variance_ = model.noise.value
-        record_fit(self, model, history, schedule, steps_done, bound=bound)
-        self.n_rows_seen_ = rows.n_rows
-        self._stream_state = None
-        return self
+        return self._fit(X, y, sample_weight)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X, y, n_data=None):
+    def partial_fit(self, X, y, sample_weight=None, n_data=None):
         """One pass of minibatch steps over (X, y), continuing the current fit.
 
         The first call (on an unfitted estimator) initialises the model from these rows:
@@ -366,6 +439,8 @@ class SparseGPRegressor(BoundMethods, RegressorMixin, BaseEstimator):
         ----------
         X : array-like of shape (n_samples, n_features), or a Dask array
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weight of each row (see :meth:`fit`).
         n_data : int, optional
             N, the number of training rows that scales the data term of the ELBO (a
             minibatch of B rows counts N / B times). By default the number of rows seen
@@ -376,42 +451,9 @@ class SparseGPRegressor(BoundMethods, RegressorMixin, BaseEstimator):
         -------
         self : SparseGPRegressor
         """
-        first = not hasattr(self, "variational_state_")
-        if first:
-            check_basis_options(self.basis, self.n_orthogonal, self.backend)
-        stream = getattr(self, "_stream_state", None)
-        rng = generator_from(self.random_state) if stream is None else stream.rng
-        rows, y = training_rows(self, X, y, rng, reset=first, multi_output=True, y_numeric=True)
-        n_seen = rows.n_rows + (0 if first else self.n_rows_seen_)
-        n_total = check_n_data(n_data, n_seen)
-        if first:
-            model = self._initial_model(rows.sample, self._normalise_targets(y).shape[1], n_total, rng)
-            Y = self._scale_targets(y)
-        else:
-            Y = self._scale_targets(y)
-            model = self._fitted_model(n_total)
-        steps_done = 0 if first else self.n_steps_
-        if stream is None:
-            x_scale = feature_scale(rows.sample)
-            schedule, adam = make_optimisers(self, model, x_scale, False, steps_done, falling_elbo_backoff=False)
-            stream = StreamState(adam, schedule, rng, x_scale)
-        history = run_partial_pass(self, model, rows, Y, stream)
-        self.noise_variance_ = model.noise.value
-        record_fit(self, model, history, stream.schedule, steps_done, append=not first)
-        self.n_rows_seen_ = n_seen
-        self._stream_state = stream
-        return self
+        return self._partial_fit(X, y, sample_weight, n_data)
 
     # --- prediction -----------------------------------------------------------------
-    def _latent(self, X, full_cov=False):
-        """Latent mean (n, P) and variance (n, C) or covariance (C, n, n), normalised scale."""
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        kernel = compile_kernel(self.kernel_, white_as_noise=True)
-        if full_cov:
-            return self.predictor_.latent(kernel, X, full_cov=True)
-        return latent_in_chunks(self.predictor_, kernel, X)
-
     def _to_output_shape(self, a):
         """(n, P) -> (n,) for a single target, as GaussianProcessRegressor does."""
         return a[:, 0] if a.shape[1] == 1 else a
@@ -455,7 +497,11 @@ class SparseGPRegressor(BoundMethods, RegressorMixin, BaseEstimator):
         Returns
         -------
         y_mean : ndarray of shape (n_samples,) or (n_samples, n_targets)
+            Mean of y under the predictive distribution (for ``"poisson"``, the expected
+            count).
         y_std : ndarray of shape (n_samples,) or (n_samples, n_targets), optional
+            Its standard deviation (for ``"student_t"``, infinite while the fitted
+            degrees of freedom are at most 2).
         y_cov : ndarray of shape (n_samples, n_samples) or (n_samples, n_samples, n_targets), optional
         """
         if return_std and return_cov:
@@ -467,25 +513,54 @@ class SparseGPRegressor(BoundMethods, RegressorMixin, BaseEstimator):
             from ._dask import map_rows
 
             return map_rows(lambda rows: self.predict(rows, return_std=return_std), X)
+        likelihood = self._fitted_likelihood()
         scale = self._y_train_std
         if return_cov:
             mean, cov = self._latent(X, full_cov=True)
-            n = mean.shape[0]
-            cov = cov + self.noise_variance_ * np.eye(n)
-            # (C, n, n) -> (n, n, P), each output scaled by its own variance
-            cov = np.moveaxis(np.broadcast_to(cov, (mean.shape[1], n, n)), 0, -1) * scale**2
-            mean = mean * scale + self._y_train_mean
-            cov = cov[:, :, 0] if cov.shape[2] == 1 else cov
-            return self._to_output_shape(mean), np.ascontiguousarray(cov)
+            # Each output (column of the mean) gets the predictive covariance of its own
+            # latent column, on its own scale: (n, n, P).
+            parts = [likelihood.predictive_covariance(mean[:, p], cov[min(p, cov.shape[0] - 1)]) for p in range(mean.shape[1])]
+            y_mean = np.column_stack([m for m, _ in parts]) * scale + self._y_train_mean
+            y_cov = np.stack([c for _, c in parts], axis=-1) * scale**2
+            y_cov = y_cov[:, :, 0] if y_cov.shape[2] == 1 else y_cov
+            return self._to_output_shape(y_mean), np.ascontiguousarray(y_cov)
         mean, var = self._latent(X)
-        y_mean = self._to_output_shape(mean * scale + self._y_train_mean)
+        y_mean, y_var = likelihood.predictive(mean, np.broadcast_to(var, mean.shape))
+        y_mean_out = self._to_output_shape(y_mean * scale + self._y_train_mean)
         if not return_std:
-            return y_mean
-        std = np.sqrt(np.broadcast_to(var + self.noise_variance_, mean.shape)) * scale
-        return y_mean, self._to_output_shape(np.ascontiguousarray(std))
+            return y_mean_out
+        return y_mean_out, self._to_output_shape(np.ascontiguousarray(np.sqrt(y_var) * scale))
+
+    def log_predictive_density(self, X, y):
+        """Log density (for ``"poisson"``, log probability) of y under the predictive
+        distribution at X, row by row: the negative of the test NLPD's terms.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_targets)
+            Targets on the original scale.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,) or (n_samples, n_targets)
+            In nats, on the scale of y (the normalisation's Jacobian included).
+        """
+        likelihood = self._fitted_likelihood()
+        mean, var = self._latent(X)
+        Y = self._scale_targets(np.asarray(y, dtype=np.float64))
+        if Y.shape[0] != mean.shape[0]:
+            raise ValueError(f"X has {mean.shape[0]} rows but y has {Y.shape[0]}")
+        density = likelihood.log_predictive_density(Y, mean, np.broadcast_to(var, mean.shape))
+        return self._to_output_shape(density - np.log(self._y_train_std))
 
     def sample_y(self, X, n_samples=1, random_state=0):
         """Draw samples of y from the joint predictive distribution at X.
+
+        Under the Gaussian likelihood the draws are from the joint Gaussian of
+        :meth:`predict` (``return_cov=True``), as in GaussianProcessRegressor; under the
+        others, the latent function is drawn from its joint posterior and y from the
+        likelihood given it.
 
         Parameters
         ----------
@@ -501,11 +576,16 @@ class SparseGPRegressor(BoundMethods, RegressorMixin, BaseEstimator):
         from sklearn.utils import check_random_state
 
         rng = check_random_state(random_state)
-        mean, cov = self.predict(X, return_cov=True)
-        if mean.ndim == 1:
-            return rng.multivariate_normal(mean, cov, n_samples).T
-        draws = [rng.multivariate_normal(mean[:, p], cov[..., p], n_samples).T[:, np.newaxis] for p in range(mean.shape[1])]
-        return np.hstack(draws)
+        if self.likelihood == "gaussian":
+            mean, cov = self.predict(X, return_cov=True)
+            if mean.ndim == 1:
+                return rng.multivariate_normal(mean, cov, n_samples).T
+            draws = [rng.multivariate_normal(mean[:, p], cov[..., p], n_samples).T[:, np.newaxis] for p in range(mean.shape[1])]
+            return np.hstack(draws)
+        mean, cov = self._latent(X, full_cov=True)
+        f = rng.multivariate_normal(mean[:, 0], cov[0], n_samples).T
+        y = self._fitted_likelihood().sample(f, rng)
+        return y * self._y_train_std[0] + self._y_train_mean[0]
 
     def _bound_targets(self, y):
         """y as the likelihood takes it: columns on the scale of the fit."""

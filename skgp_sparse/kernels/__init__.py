@@ -1,16 +1,23 @@
-"""Compiled scikit-learn kernels with reverse-mode derivatives.
+"""Scikit-learn kernels with reverse-mode derivatives.
 
-:func:`compile_kernel` turns a kernel of :mod:`sklearn.gaussian_process.kernels` into a
+:func:`compile_kernel` turns any kernel of :mod:`sklearn.gaussian_process.kernels` into a
 :class:`CompiledKernel` that evaluates ``K(A, B)``, ``K(A)`` and the diagonal exactly as
 sklearn does, plus vector-Jacobian products with respect to the log-hyperparameters
 (sklearn's ``theta``) and the first input (to learn inducing inputs).
 
+The kernels named in :data:`COMPILED_KERNELS` (and subclasses that redefine nothing of
+their evaluation) run on this package's own BLAS/numba code with analytic derivatives.
+Any other kernel is a generic node evaluated through scikit-learn's API, with theta
+derivatives from ``eval_gradient`` and no derivative in the inputs
+(:attr:`CompiledKernel.has_input_gradient` is then False).
+
 Layout: :mod:`._compile` walks the sklearn tree and keeps the theta bookkeeping,
 :mod:`._stationary` holds the BLAS plumbing of distance-based kernels,
 :mod:`._profiles` their elementwise (numba) part, :mod:`._other` the constant, white
-and dot-product kernels, and :mod:`._combinators` Sum, Product and Exponentiation.
+and dot-product kernels, :mod:`._combinators` Sum, Product and Exponentiation, and
+:mod:`._generic` the node for every other kernel.
 """
 
-from ._compile import SUPPORTED_KERNELS, CompiledKernel, compile_kernel
+from ._compile import COMPILED_KERNELS, CompiledKernel, compile_kernel
 
-__all__ = ["compile_kernel", "CompiledKernel", "SUPPORTED_KERNELS"]
+__all__ = ["compile_kernel", "CompiledKernel", "COMPILED_KERNELS"]

@@ -1,4 +1,11 @@
-"""From a scikit-learn kernel to a compiled evaluator with reverse-mode derivatives."""
+"""From a scikit-learn kernel to an evaluator with reverse-mode derivatives.
+
+The tree is walked from the root. A kernel of a class listed in :data:`COMPILED_KERNELS`
+(or of a subclass that changes nothing in its evaluation, see :func:`_compiled_class`)
+becomes a node of this package's own BLAS/numba code. Any other kernel, with the whole
+subtree under it, becomes a :class:`~._generic.GenericNode` evaluated through
+scikit-learn's API.
+"""
 
 import numpy as np
 from sklearn.base import clone
@@ -6,13 +13,12 @@ from sklearn.gaussian_process import kernels as skk
 
 from ._base import DENSE, densify, kind_of, reduce_bar
 from ._combinators import ExponentiationNode, ProductNode, SumNode
+from ._generic import GenericNode
 from ._other import ConstantNode, DotProductNode, WhiteNode
 from ._stationary import make_expsine, make_matern, make_rbf, make_rq
 
-__all__ = ["compile_kernel", "CompiledKernel", "SUPPORTED_KERNELS"]
+__all__ = ["compile_kernel", "CompiledKernel", "COMPILED_KERNELS"]
 
-# Exact classes only: a user subclass may change __call__, and silently evaluating the
-# parent's formula instead would be wrong.
 _LEAF_FACTORIES = {
     skk.RBF: make_rbf,
     skk.Matern: make_matern,
@@ -22,25 +28,90 @@ _LEAF_FACTORIES = {
     skk.ConstantKernel: ConstantNode,
     skk.WhiteKernel: WhiteNode,
 }
+_OPERATORS = (skk.Sum, skk.Product, skk.Exponentiation)
+_KNOWN = frozenset(_LEAF_FACTORIES) | frozenset(_OPERATORS)
 
-#: Names of the sklearn kernel classes that :func:`compile_kernel` accepts.
-SUPPORTED_KERNELS = tuple(c.__name__ for c in _LEAF_FACTORIES) + ("Sum", "Product", "Exponentiation")
+#: Names of the sklearn kernel classes that :func:`compile_kernel` evaluates with its own
+#: code (analytic derivatives, in theta and in the inputs). Any other kernel is
+#: evaluated through scikit-learn's API (see :func:`compile_kernel`).
+COMPILED_KERNELS = tuple(c.__name__ for c in _LEAF_FACTORIES) + tuple(c.__name__ for c in _OPERATORS)
+
+# Special names that change how a kernel is evaluated. Other special names (__init__,
+# __repr__, __eq__, and the class bookkeeping Python and abc add: __module__, __doc__,
+# __abstractmethods__, __slotnames__ after pickling, ...) do not: the compiled node reads
+# the same attributes that the parent's __call__ reads.
+_EVALUATION_DUNDERS = frozenset({"__call__", "__getattribute__", "__getattr__"})
+
+
+def _redefines(name, base):
+    """Whether a class attribute ``name`` of a subclass of ``base`` may change its values."""
+    if name.startswith("__") and name.endswith("__"):
+        return name in _EVALUATION_DUNDERS
+    # abc's per-class cache, not a kernel attribute.
+    return name != "_abc_impl" and hasattr(base, name)
+
+
+def _compiled_class(k):
+    """The class in :data:`_KNOWN` that ``k`` evaluates as, or None for a generic kernel.
+
+    An exact known class is itself. A subclass is its nearest known ancestor when no
+    class of the subclass chain redefines anything that ancestor has (see
+    :func:`_redefines`): then sklearn would run the ancestor's ``__call__`` and
+    ``diag`` with the ancestor's helpers, which is what the compiled node reproduces.
+    A new name (a new method, or a ``hyperparameter_*`` the ancestor does not read) is
+    harmless for the same reason, and so are ``__init__`` and ``__repr__``. Anything
+    redefined, be it ``__call__``, ``diag`` or a helper such as ``anisotropic`` or
+    ``hyperparameter_length_scale``, sends the kernel to the generic path.
+    """
+    cls = type(k)
+    mro = cls.__mro__
+    base = next((c for c in mro if c in _KNOWN), None)
+    if base is None:
+        return None
+    for c in mro[: mro.index(base)]:
+        if any(_redefines(name, base) for name in vars(c)):
+            return None
+    # Instance attributes need no check: the kernel compiled is a clone, rebuilt from
+    # get_params, as in every scikit-learn estimator.
+    return base
+
+
+def _refuse_compound(k):
+    if isinstance(k, skk.CompoundKernel):
+        raise TypeError(
+            "CompoundKernel is not supported by skgp_sparse.kernels.compile_kernel: it "
+            "stacks several kernels into one (n, n, n_kernels) array, one covariance per "
+            "output, while a sparse GP needs a single covariance function; pass one of "
+            "its kernels (or their Sum) instead"
+        )
 
 
 def compile_kernel(kernel, white_as_noise=False):
-    """Compile a scikit-learn kernel into an evaluator with analytic derivatives.
+    """Compile a scikit-learn kernel into an evaluator with reverse-mode derivatives.
 
     Parameters
     ----------
     kernel : sklearn.gaussian_process.kernels.Kernel
-        A tree of RBF, Matern, RationalQuadratic, ExpSineSquared, DotProduct,
-        ConstantKernel and WhiteKernel joined by Sum, Product and Exponentiation.
+        Any scikit-learn kernel. The parts built from the classes in
+        :data:`COMPILED_KERNELS` (RBF, Matern, RationalQuadratic, ExpSineSquared,
+        DotProduct, ConstantKernel, WhiteKernel joined by Sum, Product and
+        Exponentiation), and from subclasses of them that redefine nothing of the
+        evaluation (``class MyRBF(RBF): pass``), are evaluated by this package's own
+        code, with analytic derivatives. Any other kernel -- a subclass that overrides
+        ``__call__`` or ``diag``, PairwiseKernel, a kernel of another library --
+        becomes a generic node (with the subtree under it) evaluated through
+        scikit-learn's ``k(A, B)``, ``k.diag(A)`` and ``k(S, eval_gradient=True)``:
+        slower, and without a derivative in the inputs (see
+        :attr:`CompiledKernel.has_input_gradient`). Sums, products and powers mix both
+        kinds freely.
     white_as_noise : bool, default=False
         Take the WhiteKernel terms that are top-level summands (reached from the root
         through Sum nodes only) out of every kernel matrix, so that a Gaussian
         likelihood can treat them as observation noise. They stay in ``theta``,
         ``bounds`` and :meth:`CompiledKernel.to_sklearn`; their total is
-        :attr:`CompiledKernel.white_noise_level`.
+        :attr:`CompiledKernel.white_noise_level`. A subclass of WhiteKernel counts only
+        if it is compiled (redefines nothing); otherwise it is an ordinary generic
+        summand. Generic summands elsewhere in the sum do not affect this.
 
     Returns
     -------
@@ -49,22 +120,33 @@ def compile_kernel(kernel, white_as_noise=False):
     Raises
     ------
     TypeError
-        If the tree contains a kernel class that is not supported (named in the
-        message), including subclasses of the supported ones.
+        If ``kernel`` is not a scikit-learn kernel, or contains a CompoundKernel (one
+        covariance per output, which a single-covariance sparse GP cannot use).
     ValueError
-        If ``white_as_noise`` leaves nothing but white noise, or if a kernel that is
-        isotropic in sklearn (RationalQuadratic, ExpSineSquared) has a vector length
-        scale.
+        If ``white_as_noise`` leaves nothing but white noise, or if a compiled kernel
+        that is isotropic in sklearn (RationalQuadratic, ExpSineSquared) has a vector
+        length scale.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.gaussian_process.kernels import RBF, PairwiseKernel
+    >>> k = compile_kernel(RBF(1.0) + PairwiseKernel(metric="laplacian"))
+    >>> k.has_input_gradient
+    False
+    >>> k(np.zeros((2, 3))).shape
+    (2, 2)
     """
     return CompiledKernel(kernel, white_as_noise=white_as_noise)
 
 
 class CompiledKernel:
-    """A scikit-learn kernel evaluated with BLAS and numba, with vector-Jacobian products.
+    """A scikit-learn kernel with vector-Jacobian products, evaluated with BLAS and numba.
 
     Built by :func:`compile_kernel`. Inputs are 2-D arrays ``(n_samples, n_features)``;
-    float32 inputs give float32 matrices, anything else float64. Hyperparameters live
-    in log space, in sklearn's ``theta`` order.
+    float32 inputs give float32 matrices, anything else float64 (generic nodes compute
+    in float64 and cast). Hyperparameters live in log space, in sklearn's ``theta``
+    order.
 
     Attributes
     ----------
@@ -78,6 +160,9 @@ class CompiledKernel:
     white_noise_theta_index : list of int
         Indices in ``theta`` of the log ``noise_level`` of those summands (non-fixed
         ones only).
+    has_input_gradient : bool
+        Whether :meth:`vjp` differentiates in the input ``A``; False when a part of the
+        kernel is evaluated through scikit-learn (a generic node).
 
     Notes
     -----
@@ -95,6 +180,7 @@ class CompiledKernel:
         self.white_as_noise = bool(white_as_noise)
         self._leaves = []
         self._white = []
+        self._generic = []
         root, n_theta = self._build(self._sk, 0, top_sum=True)
         self._theta = np.array(self._sk.theta, dtype=np.float64).reshape(-1)
         if n_theta != self._theta.size:  # would mean a bookkeeping bug, not a user error
@@ -111,7 +197,8 @@ class CompiledKernel:
     # ---------------------------------------------------------------- tree building
     def _build(self, k, offset, top_sum):
         """Return (node or None, number of theta entries under ``k``)."""
-        cls = type(k)
+        _refuse_compound(k)
+        cls = _compiled_class(k)
         if cls is skk.Sum or cls is skk.Product:
             n1, c1 = self._build(k.k1, offset, top_sum and cls is skk.Sum)
             n2, c2 = self._build(k.k2, offset + c1, top_sum and cls is skk.Sum)
@@ -122,13 +209,16 @@ class CompiledKernel:
         if cls is skk.Exponentiation:
             child, c = self._build(k.kernel, offset, False)
             return ExponentiationNode(child, k.exponent), c
-        factory = _LEAF_FACTORIES.get(cls)
-        if factory is None:
-            raise TypeError(
-                f"{cls.__name__} is not supported by skgp_sparse.kernels.compile_kernel; "
-                f"supported kernels: {', '.join(SUPPORTED_KERNELS)} (exact classes, not subclasses)"
-            )
-        leaf = factory(k, offset)
+        if cls is None:
+            # The generic node evaluates the whole subtree through sklearn; a
+            # CompoundKernel inside it would still make no sense.
+            for sub in k.get_params(deep=True).values():
+                if isinstance(sub, skk.Kernel):
+                    _refuse_compound(sub)
+            leaf = GenericNode(k, offset)
+            self._generic.append(leaf)
+        else:
+            leaf = _LEAF_FACTORIES[cls](k, offset)
         self._leaves.append(leaf)
         if cls is skk.WhiteKernel and self.white_as_noise and top_sum:
             self._white.append(leaf)
@@ -164,8 +254,22 @@ class CompiledKernel:
             leaf.load(theta)
 
     def to_sklearn(self):
-        """The sklearn kernel (full structure, white terms included) at the current theta."""
+        """The sklearn kernel (full structure, white terms included) at the current theta.
+
+        Every part keeps its class, user subclasses included, whether it was compiled
+        or generic.
+        """
         return self._sk.clone_with_theta(self._theta.copy())
+
+    @property
+    def has_input_gradient(self):
+        """Whether :meth:`vjp` differentiates in ``A`` (False with any generic node).
+
+        scikit-learn's kernel API has no derivative in the inputs. When this is False,
+        the ``A_bar`` of :meth:`vjp` is an array of zeros (not a partial gradient from the
+        compiled parts), so inducing inputs should be kept fixed.
+        """
+        return not self._generic
 
     @property
     def white_noise_level(self):
@@ -236,7 +340,8 @@ class CompiledKernel:
             ``back(K_bar) -> (theta_bar, A_bar)`` with ``theta_bar`` the gradient of
             ``sum(K_bar * K)`` in the log-hyperparameters, shape ``(n_theta,)``, and
             ``A_bar`` its gradient in ``A`` (shape of ``A``). ``K_bar`` need not be
-            symmetric. ``back`` may be called more than once.
+            symmetric. ``back`` may be called more than once. Without
+            :attr:`has_input_gradient`, ``A_bar`` is zeros of the shape and dtype of ``A``.
         """
         A, B = self._inputs(A, B)
         mode = "gram" if B is None else "cross"
@@ -245,6 +350,7 @@ class CompiledKernel:
         kind = kind_of(out)
         K = densify(out, shape, A.dtype)
         n_theta = self._theta.size
+        input_gradient = self.has_input_gradient
 
         def back(K_bar):
             K_bar = np.asarray(K_bar)
@@ -254,7 +360,9 @@ class CompiledKernel:
                 K_bar = np.ascontiguousarray(K_bar, dtype=A.dtype)
             theta_bar = np.zeros(n_theta)
             A_bar = back_root(reduce_bar(K_bar, kind), theta_bar)
-            if A_bar is None:
+            # With a generic node the compiled parts' share would be a wrong gradient:
+            # report none at all, in the shape callers add to.
+            if A_bar is None or not input_gradient:
                 A_bar = np.zeros_like(A)
             return theta_bar, A_bar
 

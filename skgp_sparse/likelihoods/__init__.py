@@ -3,11 +3,15 @@
 from .bernoulli import BernoulliLikelihood
 from .gaussian import GaussianLikelihood, NoiseParameter
 from .multiclass import RobustMaxLikelihood, SoftmaxLikelihood
+from .poisson import PoissonLikelihood
+from .student_t import StudentTLikelihood
 
 __all__ = [
     "BernoulliLikelihood",
     "GaussianLikelihood",
     "NoiseParameter",
+    "PoissonLikelihood",
     "RobustMaxLikelihood",
     "SoftmaxLikelihood",
+    "StudentTLikelihood",
 ]

@@ -1,18 +1,11 @@
 """Bernoulli observations of one latent function: binary classification."""
 
 import numpy as np
-from numpy.polynomial.hermite import hermgauss
 from scipy.special import erfcx, expit, log_ndtr, ndtr
 
+from ._quadrature import gauss_hermite, latent_nodes
+
 _SQRT_2_OVER_PI = np.sqrt(2.0 / np.pi)
-_INV_SQRT_PI = 1.0 / np.sqrt(np.pi)
-
-
-def _gauss_hermite(n_points):
-    """Nodes and weights for E_{N(0, 1/2)}-style sums: sum_i w_i g(m + sqrt(2 v) x_i)."""
-    x, w = hermgauss(int(n_points))
-    # The 1/sqrt(pi) turns the physicists' weight exp(-x^2) into a probability measure.
-    return x, w * _INV_SQRT_PI
 
 
 def _probit_terms(z):
@@ -56,8 +49,6 @@ class BernoulliLikelihood:
 
     #: The expected log-likelihood is not quadratic in f: no exact unit natural step.
     conjugate = False
-    #: One latent function, so nothing is shared.
-    shared_variance_adjoint = False
 
     def __init__(self, link="probit", n_points=20):
         if link not in ("probit", "logit"):
@@ -66,13 +57,7 @@ class BernoulliLikelihood:
             raise ValueError(f"n_points must be a positive integer, got {n_points!r}")
         self.link = link
         self.n_points = int(n_points)
-        self._nodes, self._weights = _gauss_hermite(self.n_points)
-
-    def _latent_nodes(self, mean, var):
-        """f at every node: array of shape (n, n_points) for mean, var of shape (n, 1)."""
-        mean = np.asarray(mean, dtype=float).reshape(-1, 1)
-        scale = np.sqrt(2.0 * np.maximum(np.asarray(var, dtype=float).reshape(-1, 1), 0.0))
-        return mean + scale * self._nodes
+        self._nodes, self._weights = gauss_hermite(self.n_points)
 
     def expected_log_lik(self, y, mean, var):
         """Per-row E_q[log p(y | f)] and its derivatives in mean and var.
@@ -94,7 +79,7 @@ class BernoulliLikelihood:
         # p(y | f) = link(s f) with s = +1 for y = 1 and -1 for y = 0 (both links are
         # symmetric: 1 - link(f) = link(-f)).
         sign = 2.0 * np.asarray(y, dtype=float).reshape(-1, 1) - 1.0
-        z = sign * self._latent_nodes(mean, var)
+        z = sign * latent_nodes(self._nodes, mean, var)
         terms = _probit_terms if self.link == "probit" else _logit_terms
         log_p, d1, d2 = terms(z)
         w = self._weights
@@ -123,4 +108,4 @@ class BernoulliLikelihood:
         var = np.asarray(var, dtype=float)
         if self.link == "probit":
             return ndtr(mean / np.sqrt(1.0 + np.maximum(var, 0.0)))
-        return (expit(self._latent_nodes(mean, var)) @ self._weights).reshape(mean.shape)
+        return (expit(latent_nodes(self._nodes, mean, var)) @ self._weights).reshape(mean.shape)

@@ -15,13 +15,10 @@ class GaussianLikelihood:
     #: The expected log-likelihood is quadratic in f, so a natural step of size one on a
     #: full batch lands on the optimal q(u).
     conjugate = True
-    #: dELL/dvar is the same for every output, so the outputs may share one covariance.
-    shared_variance_adjoint = True
-
     def __init__(self, noise_variance):
         self.noise_variance = float(noise_variance)
 
-    def expected_log_lik(self, y, mean, var):
+    def expected_log_lik(self, y, mean, var, extra_noise=0.0):
         """Per-entry E_q[log p(y | f)] and its derivatives in mean and var.
 
         Parameters
@@ -29,6 +26,8 @@ class GaussianLikelihood:
         y, mean : ndarray of shape (n, P)
         var : ndarray of shape (n, 1) or (n, P)
             Marginal variances of the latent function (broadcast over outputs).
+        extra_noise : float or ndarray of shape (n, 1), default=0.0
+            Known noise variance of each row, added to ``noise_variance`` (GPR's ``alpha``).
 
         Returns
         -------
@@ -36,22 +35,28 @@ class GaussianLikelihood:
         d_mean : ndarray of shape (n, P)
         d_var : ndarray of shape (n, P)
         """
-        s2 = self.noise_variance
+        s2 = self.noise_variance + extra_noise
         resid = y - mean
         ell = -0.5 * (LOG_2PI + np.log(s2)) - 0.5 * (resid * resid + var) / s2
         d_mean = resid / s2
         d_var = np.broadcast_to(-0.5 / s2, ell.shape)
         return ell, d_mean, d_var
 
-    def d_log_noise(self, y, mean, var):
-        """Per-entry derivative of the expected log-likelihood in ``log(noise_variance)``."""
+    def d_log_noise(self, y, mean, var, extra_noise=0.0):
+        """Per-entry derivative of the expected log-likelihood in ``log(noise_variance)``
+        (the learned part of the noise; ``extra_noise`` is known and fixed)."""
         s2 = self.noise_variance
+        total = s2 + extra_noise
         resid = y - mean
-        return -0.5 + 0.5 * (resid * resid + var) / s2
+        return s2 * (-0.5 / total + 0.5 * (resid * resid + var) / total**2)
 
     def predictive(self, mean, var):
         """Mean and variance of y given the latent marginals."""
         return mean, var + self.noise_variance
+
+    def predictive_covariance(self, mean, cov):
+        """Mean (n,) and joint covariance (n, n) of y given the latent joint posterior."""
+        return mean, cov + self.noise_variance * np.eye(cov.shape[0])
 
     def log_predictive_density(self, y, mean, var):
         """log N(y | mean, var + noise_variance), per entry."""

@@ -46,8 +46,6 @@ class RobustMaxLikelihood:
 
     #: The expected log-likelihood is not quadratic in f: no exact unit natural step.
     conjugate = False
-    #: Each class's latent function has its own covariance.
-    shared_variance_adjoint = False
 
     def __init__(self, n_classes, epsilon=1e-3, n_points=20):
         if int(n_classes) < 2:
@@ -185,8 +183,6 @@ class SoftmaxLikelihood:
 
     #: The expected log-likelihood is not quadratic in f: no exact unit natural step.
     conjugate = False
-    #: Each class's latent function has its own covariance.
-    shared_variance_adjoint = False
 
     def __init__(self, n_classes, n_samples=64, seed=0):
         if int(n_classes) < 2:

@@ -234,7 +234,7 @@ def optimise_collapsed(model, X, Y, optimizer, n_restarts, rng, scales=None, ver
     runs = []
     for start in starts:
         if optimizer == "fmin_l_bfgs_b":
-            x, fun, n_iter, success = lbfgs(objective, start, objective.bounds, X.shape[0], verbose)
+            x, fun, n_iter, success = lbfgs(objective, start, objective.bounds, model.rows_counted, verbose)
         else:
             x, fun = optimizer(objective, start, objective.bounds)
             n_iter, success = 0, True

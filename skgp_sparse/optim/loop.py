@@ -120,7 +120,7 @@ def train(
         batches = array_batches(X, Y, batch_size)
     start = time.perf_counter()
     steps_before = history.n_steps
-    monitor = None if monitor_rows is None else (lambda: model.sample_elbo(*monitor_rows) / model.n_data)
+    monitor = None if monitor_rows is None else (lambda: model.sample_elbo(*monitor_rows) / model.rows_counted)
     snapshot = None
     for _ in range(max_iter):
         total, count, epoch_open = 0.0, 0, True
@@ -140,12 +140,12 @@ def train(
                 total += result.elbo
                 count += 1
                 history.n_steps += 1
-                if not warming_up and stopping.add(result.elbo / model.n_data, monitor) and stopping.converged():
+                if not warming_up and stopping.add(result.elbo / model.rows_counted, monitor) and stopping.converged():
                     history.converged = True
                     break
             epoch_open = False
             _close_epoch(model, history, total / count, verbose, start, callback)
-            schedule.end_epoch(total / count / model.n_data)
+            schedule.end_epoch(total / count / model.rows_counted)
             if history.converged:
                 break
         except KeyboardInterrupt:

@@ -1,0 +1,177 @@
+"""The estimator core: everything SparseGPRegressor and SparseGPClassifier share.
+
+Fitting, continuing a fit (``warm_start``, ``partial_fit``), assembling the variational
+model, recording the fitted attributes and the latent predictions are written here once.
+A subclass says only what differs, through these methods:
+
+- ``_fit_targets(y, sample_weight, warm)`` and ``_stream_targets(y, first, classes)``:
+  the targets as the likelihood takes them (float array of shape (n, T)), setting the
+  target attributes (``classes_``, the normalisation of ``y``);
+- ``_make_likelihood(kernel)``: the likelihood object and, for a Gaussian likelihood,
+  the :class:`~skgp_sparse.likelihoods.NoiseParameter` that carries its noise;
+- ``_latent_shape()``: the number of latent functions and of covariances of q(u);
+- ``_known_noise(n_rows)``: the per-row known noise variance (None when there is none);
+- ``_record_targets(model)``: fitted attributes of the subclass's own.
+
+It also declares ``_data_checks``, the keyword arguments that ``validate_data`` applies to
+y (multi-output, numeric).
+"""
+
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ..bases import BASES
+from ..elbo import TargetLayout, VariationalModel
+from ..kernels import compile_kernel
+from ._common import (
+    check_basis_options,
+    check_n_data,
+    check_sample_weight,
+    feature_scale,
+    generator_from,
+    initial_inducing_points,
+    latent_in_chunks,
+    latent_white_noise,
+    record_fit,
+    resolve_kernel,
+    training_rows,
+)
+from ._objective import BoundMethods
+from ._training import StreamState, make_optimisers, run_partial_pass, run_training, starting_jitter
+
+
+class SparseGPBase(BoundMethods, BaseEstimator):
+    """Shared machinery of the sparse variational GP estimators (not for direct use)."""
+
+    #: Keyword arguments of ``validate_data`` for the targets.
+    _data_checks = {}
+
+    # --- the model ------------------------------------------------------------------
+    def _latent_noise_from_white(self):
+        """Whether top-level WhiteKernel terms are white noise of the latent function
+        (non-Gaussian likelihoods) rather than observation noise (Gaussian)."""
+        return True
+
+    def _build_model(self, kernel, state, n_data):
+        likelihood, noise = self._make_likelihood(kernel)
+        learn_inducing = self.learn_inducing and kernel.has_input_gradient
+        if self.learn_inducing and not kernel.has_input_gradient:
+            warnings.warn(
+                f"{type(self).__name__}: the kernel {kernel.to_sklearn()!r} has parts without an input "
+                "derivative in scikit-learn's kernel API, so the inducing inputs stay at their initial "
+                "values; set learn_inducing=False to silence this, or use kernels of "
+                "skgp_sparse.kernels.COMPILED_KERNELS to learn them",
+                UserWarning,
+                stacklevel=4,
+            )
+        return VariationalModel(
+            BASES[self.basis], kernel, likelihood, state, n_data, noise=noise,
+            learn_inducing=learn_inducing,
+            jitter=starting_jitter(self, kernel, state.inducing, None if noise is None else noise.value),
+            natural=self.variational_optimizer == "natural",
+            latent_noise=latent_white_noise(kernel) if self._latent_noise_from_white() else None,
+            learn_hyperparameters=self._learns_hyperparameters(),
+        )
+
+    def _learns_hyperparameters(self):
+        """Whether training moves the kernel and likelihood hyperparameters."""
+        return True
+
+    def _fitted_model(self, n_data):
+        """The fitted parameters as a :class:`VariationalModel` over ``n_data`` rows."""
+        kernel = compile_kernel(self.kernel_, white_as_noise=True)
+        model = self._build_model(kernel, self.variational_state_.copy(), n_data)
+        self._restore_likelihood(model)
+        model.jitter = self.jitter_
+        return model
+
+    def _restore_likelihood(self, model):
+        """Put the fitted likelihood parameters back into a rebuilt model (none by default)."""
+
+    def _initial_model(self, sample, n_data, rng, sample_weight=None):
+        """A fresh model: kernel, inducing inputs from ``sample``, q(u) at the prior."""
+        if sample_weight is not None:
+            # Rows of zero weight are absent from the data: they place no inducing input.
+            sample, sample_weight = sample[sample_weight > 0], sample_weight[sample_weight > 0]
+        kernel = resolve_kernel(self.kernel, sample.shape[1], feature_scale(sample, sample_weight))
+        Z = initial_inducing_points(self, sample, kernel, rng)
+        n_outputs, n_covariances = self._latent_shape()
+        state = BASES[self.basis].init_state(
+            Z, n_outputs=n_outputs, n_covariances=n_covariances, n_orthogonal=self.n_orthogonal
+        )
+        return self._build_model(kernel, state, n_data)
+
+    def _layout(self, Y, weights, known_noise):
+        """The model's target layout for this call, and the training array it reads."""
+        layout = TargetLayout(
+            Y.shape[1], weighted=weights is not None, known_noise=known_noise is not None,
+            mean_weight=1.0 if weights is None else weights.mean(),
+        )
+        return layout, layout.join(Y, weights, known_noise)
+
+    # --- fitting --------------------------------------------------------------------
+    def _fit(self, X, y, sample_weight):
+        check_basis_options(self.basis, self.n_orthogonal, self.backend)
+        rng = generator_from(self.random_state)
+        rows, y = training_rows(self, X, y, rng, **self._data_checks)
+        weights = check_sample_weight(sample_weight, rows.n_rows)
+        warm = self.warm_start and hasattr(self, "variational_state_")
+        Y = self._fit_targets(y, weights, warm)
+        if warm:
+            model = self._fitted_model(rows.n_rows)
+        else:
+            model = self._initial_model(rows.sample, rows.n_rows, rng, rows.sample_weights(weights))
+        model.layout, Y = self._layout(Y, weights, self._known_noise(rows.n_rows))
+        steps_done = self.n_steps_ if warm else 0
+        x_scale = feature_scale(rows.sample, rows.sample_weights(weights))
+        history, schedule, bound = run_training(self, model, rows, Y, rng, steps_done=steps_done, x_scale=x_scale)
+        self._record_targets(model)
+        record_fit(self, model, history, schedule, steps_done, bound=bound)
+        self.n_rows_seen_ = rows.n_rows
+        self._stream_state = None
+        return self
+
+    def _partial_fit(self, X, y, sample_weight, n_data, classes=None):
+        first = not hasattr(self, "variational_state_")
+        if first:
+            check_basis_options(self.basis, self.n_orthogonal, self.backend)
+        stream = getattr(self, "_stream_state", None)
+        rng = generator_from(self.random_state) if stream is None else stream.rng
+        rows, y = training_rows(self, X, y, rng, reset=first, **self._data_checks)
+        weights = check_sample_weight(sample_weight, rows.n_rows)
+        Y = self._stream_targets(y, weights, first, classes)
+        n_seen = rows.n_rows + (0 if first else self.n_rows_seen_)
+        n_total = check_n_data(n_data, n_seen)
+        if first:
+            model = self._initial_model(rows.sample, n_total, rng, rows.sample_weights(weights))
+        else:
+            model = self._fitted_model(n_total)
+        model.layout, Y = self._layout(Y, weights, self._known_noise(rows.n_rows))
+        steps_done = 0 if first else self.n_steps_
+        if stream is None:
+            x_scale = feature_scale(rows.sample, rows.sample_weights(weights))
+            schedule, adam = make_optimisers(self, model, x_scale, False, steps_done, falling_elbo_backoff=False)
+            stream = StreamState(adam, schedule, rng, x_scale)
+        history = run_partial_pass(self, model, rows, Y, stream)
+        self._record_targets(model)
+        record_fit(self, model, history, stream.schedule, steps_done, append=not first)
+        self.n_rows_seen_ = n_seen
+        self._stream_state = stream
+        return self
+
+    # --- prediction -----------------------------------------------------------------
+    def _latent(self, X, full_cov=False):
+        """Latent mean (n, L) and variance (n, C) or covariance (C, n, n) of the fitted
+        model at X, latent white noise included, on the scale of the fit."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        kernel = compile_kernel(self.kernel_, white_as_noise=True)
+        white = kernel.white_noise_level if self._latent_noise_from_white() else 0.0
+        if full_cov:
+            mean, cov = self.predictor_.latent(kernel, X, full_cov=True)
+            return mean, cov + white * np.eye(X.shape[0])
+        mean, var = latent_in_chunks(self.predictor_, kernel, X)
+        return mean, var + white
