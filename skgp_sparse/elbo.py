@@ -216,7 +216,7 @@ class VariationalModel:
         scale = self.n_data / X.shape[0]
         mean, var, tape = self._marginals(X, need_grad)
         var = self._per_latent_var(mean, var)
-        Y, weights, extra = self._split(Y)
+        Y, weights, var, extra = self._split(Y, var)
         ell, d_mean, d_var = self._weighted(weights, *self.likelihood.expected_log_lik(Y, mean, var, **extra))
         elbo = scale * float(ell.sum()) - self.basis.kl_divergence(self.kernel, self.state, self.jitter, tape)
         if not need_grad:
@@ -241,9 +241,17 @@ class VariationalModel:
             grads[field] = field_bars[field]
         return BatchResult(elbo, grads, tape, d_mean, d_var)
 
-    def _split(self, Y):
-        """Targets, weights and likelihood extras of a training array (see :class:`TargetLayout`)."""
-        return (Y, None, {}) if self.layout is None else self.layout.split(Y)
+    def _split(self, Y, var):
+        """Targets, weights, latent variances and likelihood keyword arguments of a training
+        array (see :class:`TargetLayout`): a known per-row noise goes to a likelihood that
+        takes it (Gaussian: observation noise), or else into the latent variance of its row
+        (it is then white noise of the latent function, a kernel-diagonal term)."""
+        if self.layout is None:
+            return Y, None, var, {}
+        Y, weights, extra = self.layout.split(Y)
+        if extra and not getattr(self.likelihood, "takes_known_noise", False):
+            var = var + extra.pop("extra_noise")
+        return Y, weights, var, extra
 
     @staticmethod
     def _weighted(weights, *per_row):
@@ -265,7 +273,7 @@ class VariationalModel:
         for xb, yb in chunks:
             mean, var, _ = self._marginals(xb, need_grad=False)
             var = self._per_latent_var(mean, var)
-            yb, weights, extra = self._split(yb)
+            yb, weights, var, extra = self._split(yb, var)
             total += float(self._weighted(weights, self.likelihood.expected_log_lik(yb, mean, var, **extra)[0])[0].sum())
         return total
 

@@ -97,7 +97,6 @@ def test_partial_fit_under_student_t(inputs):
     [
         ({"likelihood": "poisson"}, lambda y: y - 10.0, "negative values"),
         ({"likelihood": "student_t"}, lambda y: np.column_stack([y, y]), "one target column"),
-        ({"likelihood": "poisson", "alpha": 0.1}, lambda y: y, "alpha .*likelihood='gaussian'"),
         ({"likelihood": "student_t", "noise_variance": 1e5}, lambda y: y, "outside noise_variance_bounds"),
     ],
 )

@@ -151,6 +151,20 @@ def test_alpha_raises_the_noise_of_its_rows():
     assert err_alpha < 0.5 * err_plain
 
 
+def test_alpha_under_a_non_gaussian_likelihood_is_latent_white_noise_of_its_rows(data):
+    """A constant alpha under the Poisson likelihood is a WhiteKernel term of the latent
+    function: the same ELBO as the fit with that white noise, to rounding."""
+    X, y, _ = data
+    counts = np.round(np.exp(y)).astype(float)
+    settings = dict(likelihood="poisson", n_inducing=10, inducing_init=X[:10], optimizer=None, max_iter=5, random_state=0)
+    with_alpha = SparseGPRegressor(ConstantKernel(1.0) * RBF(1.0), alpha=0.3, **settings).fit(X, counts)
+    white = ConstantKernel(1.0) * RBF(1.0) + WhiteKernel(0.3, "fixed")
+    with_white = SparseGPRegressor(white, **settings).fit(X, counts)
+    assert with_alpha.log_marginal_likelihood_value_ == pytest.approx(with_white.log_marginal_likelihood_value_, rel=1e-10)
+    # Predictions include the WhiteKernel's latent noise but never alpha.
+    assert np.all(with_alpha.latent_mean_and_variance(X)[1] < with_white.latent_mean_and_variance(X)[1])
+
+
 @pytest.mark.parametrize(
     "alpha, message", [(np.ones(3), "shape"), (-np.ones(60), "non-negative"), (np.full(60, np.inf), "finite")]
 )

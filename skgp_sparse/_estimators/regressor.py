@@ -1,9 +1,11 @@
 """SparseGPRegressor: the scikit-learn face of sparse variational GP regression."""
 
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import RegressorMixin, _fit_context
+from sklearn.exceptions import DataConversionWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -100,7 +102,8 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         Known noise variance of each training row (measurement errors), added to the
         learned noise (or WhiteKernel), as GaussianProcessRegressor's ``alpha`` is added
         to the diagonal of its kernel matrix: like it, on the normalised scale when
-        ``normalize_y``. Gaussian likelihood only; predictions do not include it. For
+        ``normalize_y``. Under the non-Gaussian likelihoods it is that literally: white
+        noise of the latent function at those rows. Predictions do not include it. For
         ``partial_fit`` an array has one entry per row of each call.
     optimizer : "fmin_l_bfgs_b", callable or None, default="fmin_l_bfgs_b"
         The optimiser of full-batch fits, with GaussianProcessRegressor's meaning: a
@@ -321,8 +324,6 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
             )
         if not np.all(np.isfinite(alpha)) or np.any(alpha < 0):
             raise ValueError("alpha must hold finite, non-negative noise variances")
-        if self.likelihood != "gaussian":
-            raise ValueError(f"alpha (known noise variances) needs likelihood='gaussian'; got {self.likelihood!r}")
         return alpha
 
     def _check_targets(self, y):
@@ -331,6 +332,14 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
             raise ValueError(
                 f"likelihood={self.likelihood!r} models one target column; y has {y2.shape[1]} "
                 "(fit one regressor per column, or use likelihood='gaussian')"
+            )
+        if self.likelihood != "gaussian" and y.ndim == 2:
+            warnings.warn(
+                "A column-vector y was passed when a 1d array was expected (the "
+                f"{self.likelihood} likelihood models one target column); predictions will be 1d. "
+                "Pass y.ravel() to silence this.",
+                DataConversionWarning,
+                stacklevel=4,
             )
         if self.likelihood == "poisson":
             PoissonLikelihood.check_targets(y2)

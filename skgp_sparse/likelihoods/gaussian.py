@@ -15,6 +15,9 @@ class GaussianLikelihood:
     #: The expected log-likelihood is quadratic in f, so a natural step of size one on a
     #: full batch lands on the optimal q(u).
     conjugate = True
+    #: Known per-row noise (``extra_noise``) adds to the observation noise here; under
+    #: likelihoods without this flag the model adds it to the latent variance instead.
+    takes_known_noise = True
     def __init__(self, noise_variance):
         self.noise_variance = float(noise_variance)
 
