@@ -16,8 +16,9 @@ from ._reference_kernel import ReferenceRBF
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 
 
-def random_state(Z, n_beta, p, n_cov, rng):
-    state = orth_decoupled.init_state(Z, n_outputs=p, n_covariances=n_cov, n_orthogonal=Z.shape[0] - n_beta)
+def random_state(Z, n_beta, p, n_cov, rng, **options):
+    state = orth_decoupled.init_state(Z, n_outputs=p, n_covariances=n_cov, n_orthogonal=Z.shape[0] - n_beta,
+                                      **options)
     state.q_mean = rng.standard_normal((n_beta, p))
     low = np.tril(0.3 * rng.standard_normal((n_cov, n_beta, n_beta)))
     for c in range(n_cov):
@@ -27,28 +28,23 @@ def random_state(Z, n_beta, p, n_cov, rng):
     return state
 
 
-def make_problem(n=30, mb=5, mg=6, d=2, p=1, seed=0, random_q=True, noise=0.2, natural=True):
+def make_problem(n=30, mb=5, mg=6, d=2, p=1, seed=0, random_q=True, noise=0.2, natural=True, column_seed=None,
+                 **options):
+    """A small Gaussian problem; ``options`` (and ``column_seed`` as ``seed``) go to init_state."""
     rng = np.random.default_rng(seed)
+    options = dict(options, seed=column_seed)
     X = rng.uniform(-2, 2, size=(n, d))
     Y = np.sin(X @ np.arange(1, d + 1))[:, None] + 0.1 * rng.standard_normal((n, p))
     Z = rng.uniform(-2, 2, size=(mb + mg, d))
     kernel = ReferenceRBF(1.3, 0.8 + 0.3 * np.arange(d))
     if random_q:
-        state = random_state(Z, mb, p, 1, rng)
+        state = random_state(Z, mb, p, 1, rng, **options)
     else:
-        state = orth_decoupled.init_state(Z, n_outputs=p, n_covariances=1, n_orthogonal=mg)
+        state = orth_decoupled.init_state(Z, n_outputs=p, n_covariances=1, n_orthogonal=mg, **options)
     noise_p = NoiseParameter(kernel, noise, (np.log(1e-6), np.log(1e3)))
     model = VariationalModel(orth_decoupled, kernel, GaussianLikelihood(noise), state, n, noise=noise_p,
                              learn_inducing=True, natural=natural)
     return model, X, Y
-
-
-@pytest.fixture
-def gamma_step():
-    """Restore the module settings after a test that switches them."""
-    saved = orth_decoupled.GAMMA_STEP, orth_decoupled.DIAGONAL_STEP_SIZE, orth_decoupled.KL_COLUMNS
-    yield
-    orth_decoupled.GAMMA_STEP, orth_decoupled.DIAGONAL_STEP_SIZE, orth_decoupled.KL_COLUMNS = saved
 
 
 # --- n_orthogonal = 0 is the coupled model -------------------------------------------
@@ -169,6 +165,14 @@ def test_gradients_match_finite_differences(p):
     assert_adam_gradients_match(model, X, Y)
 
 
+def test_gradients_with_beta_in_the_whitened_form():
+    """Fewer rows than twice |beta|: the coupled tape of beta is the whitened one (the
+    tests above run the folded one)."""
+    model, X, Y = make_problem(n=8, mb=5, p=2, seed=16)
+    assert isinstance(model.evaluate(X, Y).tape.beta, coupled._WhitenedTape)
+    assert_adam_gradients_match(model, X, Y)
+
+
 def test_adam_mode_gradients_in_q_match_finite_differences():
     model, X, Y = make_problem(p=2, seed=5, natural=False)
     assert {"q_mean", "q_sqrt", "orth_mean"} <= set(model.adam_params())
@@ -201,6 +205,27 @@ def test_gradients_through_compiled_sklearn_kernel_with_white_noise():
     model = VariationalModel(orth_decoupled, kernel, GaussianLikelihood(0.2), state, 25, noise=noise)
     model.jitter = 1e-3  # large enough for its path through the amplitude to show
     assert_adam_gradients_match(model, X, Y)
+
+
+@pytest.mark.parametrize("kl_columns", [None, 3])
+def test_backward_twice_over_one_tape(kl_columns):
+    """With a compiled kernel the backward pass writes the adjoints of the gamma kernel
+    matrices over them; a second pass over the same tape recomputes what it needs."""
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+    from skgp_sparse.kernels import compile_kernel
+
+    rng = np.random.default_rng(17)
+    X = rng.uniform(-2, 2, size=(25, 2))
+    Y = np.sin(X[:, :1]) + 0.1 * rng.standard_normal((25, 1))
+    kernel = compile_kernel(ConstantKernel(1.3) * RBF([0.8, 1.1]))
+    state = random_state(rng.uniform(-2, 2, size=(11, 2)), 4, 1, 1, rng, kl_columns=kl_columns)
+    model = VariationalModel(orth_decoupled, kernel, GaussianLikelihood(0.2), state, 25)
+    result = model.evaluate(X, Y)
+    again = orth_decoupled.backward(result.tape, state, result.d_mean, result.d_var, model.learn_fields)
+    np.testing.assert_allclose(again[0], result.grads["theta"], rtol=1e-12)
+    for name in model.learn_fields:
+        np.testing.assert_allclose(again[1][name], result.grads[name], rtol=1e-12, atol=1e-14, err_msg=name)
 
 
 # --- the Gaussian optimum (spec 6.3, the paper's App. E corrected) ----------------------
@@ -275,40 +300,79 @@ def test_adam_on_the_gamma_coefficients_approaches_the_optimum():
     assert target - model.elbo(X, Y) < 1e-3 * (target - start)
 
 
-# --- the diagonal (eq. 17) step and the column-sampled KL --------------------------------
-def test_diagonal_step_is_the_preconditioned_gradient(gamma_step):
-    orth_decoupled.GAMMA_STEP = "diagonal"
-    orth_decoupled.DIAGONAL_STEP_SIZE = 0.01
-    model, X, Y = make_problem(p=2, seed=8)
-    assert "orth_mean" not in model.adam_params()
-    assert "orth_mean" in orth_decoupled.VARIATIONAL_FIELDS
-    result = model.evaluate(X, Y)
-    grad = orth_decoupled.backward(result.tape, model.state, result.d_mean, result.d_var, ("orth_mean",))[1]["orth_mean"]
-    k, st = model.kernel, model.state
-    Kbb = k(st.inducing)
-    K = Kbb + result.tape.jitter * np.mean(np.diag(Kbb)) * np.eye(Kbb.shape[0])
-    Kgb = k(st.orthogonal, st.inducing)
-    D = np.diag(k(st.orthogonal) - Kgb @ np.linalg.solve(K, Kgb.T))
-    new = model.natural_step(result, 0.5)
-    expected = st.orth_mean + 0.01 * grad / (D + 1e-6 * np.mean(k.diag(st.orthogonal)))[:, None]
-    np.testing.assert_allclose(new.orth_mean, expected, rtol=1e-8)
-    # The beta block took the coupled step.
-    ref = coupled.natural_step(result.tape.beta, st.beta.copy(), result.d_mean, result.d_var, 0.5)
-    np.testing.assert_allclose(new.q_mean, ref.q_mean, rtol=1e-12)
-    # Small diagonal steps climb the ELBO.
-    before = model.elbo(X, Y)
-    for _ in range(20):
-        model.state = model.natural_step(model.evaluate(X, Y), 0.5)
-    assert model.elbo(X, Y) > before
+# --- options: per state, no module settings ------------------------------------------------
+def test_the_module_has_constants_not_settings():
+    """The field lists are plain tuples; the removed module settings are gone for good."""
+    assert orth_decoupled.ADAM_FIELDS == ("orth_mean",)
+    assert orth_decoupled.VARIATIONAL_FIELDS == ("q_mean", "q_sqrt")
+    assert orth_decoupled.EXACT_NATURAL_STEP is True and orth_decoupled.CONJUGATE_NATURAL_STEP is True
+    for removed in ("GAMMA_STEP", "DIAGONAL_STEP_SIZE", "KL_COLUMNS", "__getattr__"):
+        assert not hasattr(orth_decoupled, removed)
 
 
-def test_column_sampled_kl_and_its_gradient_are_unbiased(gamma_step):
-    orth_decoupled.KL_COLUMNS = 2
-    model, X, Y = make_problem(mg=5, seed=9)
+def test_auto_kl_columns_rule():
+    """Exact up to 256 gamma points, then max(64, Mg / 16) columns (the measured rule)."""
+    exact_max, columns = orth_decoupled.AUTO_EXACT_MAX_ORTHOGONAL, orth_decoupled.AUTO_MIN_COLUMNS
+    assert (exact_max, columns, orth_decoupled.AUTO_COLUMN_RATIO) == (256, 64, 16)
+    assert orth_decoupled.resolve_kl_columns("auto", exact_max) is None
+    assert orth_decoupled.resolve_kl_columns("auto", exact_max + 1) == columns
+    assert orth_decoupled.resolve_kl_columns("auto", 1024) == 64
+    assert orth_decoupled.resolve_kl_columns("auto", 4096) == 256
+    assert orth_decoupled.resolve_kl_columns("auto", 4097) == 257
+    assert orth_decoupled.resolve_kl_columns(None, 10**5) is None
+    assert orth_decoupled.resolve_kl_columns(8, 100) == 8
+    # As many columns as points or more: the exact term, which costs no more.
+    assert orth_decoupled.resolve_kl_columns(100, 100) is None
+    Z = np.random.default_rng(0).uniform(size=(exact_max + 3, 1))
+    assert orth_decoupled.init_state(Z, 1, 1, n_orthogonal=exact_max + 1).kl_columns == columns
+    assert orth_decoupled.init_state(Z, 1, 1, n_orthogonal=exact_max).kl_columns is None
+
+
+def test_options_live_on_the_state_and_pickle_with_it():
+    model, X, Y = make_problem(mg=5, kl_columns=2, seed=9)
+    state = model.state
+    assert state.kl_columns == 2 and state.column_rng is not None
+    model.evaluate(X, Y)  # draws columns and fills the cache of the exact term
+    model.elbo(X, Y)
+    assert state.quadratic_cache is not None
+    restored = pickle.loads(pickle.dumps(state))
+    assert restored.kl_columns == 2 and restored.quadratic_cache is None
+    # The generator travels with its position: both draw the same columns next.
+    r1 = orth_decoupled.marginals(model.kernel, X, state, model.jitter)[2].quad.cols
+    r2 = orth_decoupled.marginals(model.kernel, X, restored, model.jitter)[2].quad.cols
+    np.testing.assert_array_equal(r1, r2)
+    copied = state.copy()
+    np.testing.assert_array_equal(orth_decoupled.marginals(model.kernel, X, state, model.jitter)[2].quad.cols,
+                                  orth_decoupled.marginals(model.kernel, X, copied, model.jitter)[2].quad.cols)
+
+
+def test_same_seed_same_model_other_seed_other_model():
+    """The column sampler draws from the state's own generator, seeded by ``seed``."""
+
+    def trained(seed):
+        from skgp_sparse.optim import Adam
+
+        model, X, Y = make_problem(n=40, mg=12, seed=11, random_q=False, kl_columns=3, column_seed=seed)
+        adam = Adam(0.05)
+        for _ in range(15):
+            result = model.evaluate(X, Y)
+            new_state = model.natural_step(result, 0.5)
+            params = adam.step(model.adam_params(), result.grads, model.adam_bounds())
+            model.state = new_state
+            model.set_adam_params(params)
+        return model.state
+
+    a, b, c = trained(3), trained(3), trained(4)
+    for name in ("orth_mean", "orthogonal", "inducing", "q_mean"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    assert not np.array_equal(a.orth_mean, c.orth_mean)
+
+
+def test_column_sampled_kl_and_its_gradient_are_unbiased():
+    model, X, Y = make_problem(mg=5, seed=9, kl_columns=2)
     assert model.state.kl_columns == 2
     exact_kl = orth_decoupled.kl_divergence(model.kernel, model.state, model.jitter)
-    orth_decoupled.KL_COLUMNS = None
-    exact_model, _, _ = make_problem(mg=5, seed=9)
+    exact_model, _, _ = make_problem(mg=5, seed=9, kl_columns=None)
     exact_grads = exact_model.evaluate(X, Y).grads
     kls, grads = [], {name: [] for name in ("orth_mean", "orthogonal", "theta", "inducing")}
     for _ in range(3000):
@@ -324,8 +388,80 @@ def test_column_sampled_kl_and_its_gradient_are_unbiased(gamma_step):
         se = draws.std(axis=0) / np.sqrt(draws.shape[0])
         tol = 4 * se + 1e-10 * np.abs(exact_grads[name]).max()
         assert np.all(np.abs(draws.mean(axis=0) - exact_grads[name]) <= tol), name
-    # The reported ELBO keeps the exact KL.
+    # The reported ELBO keeps the exact KL, and so does a natural-step-only evaluation.
     assert model.elbo(X, Y) == pytest.approx(exact_model.elbo(X, Y), rel=1e-12)
+    natural = model.evaluate(X, Y, need_grad="natural")
+    assert natural.elbo == pytest.approx(exact_model.evaluate(X, Y, need_grad=False).elbo, rel=1e-12)
+
+
+class NoDerivatives:
+    """A kernel that refuses to build derivative tapes."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.theta = kernel.theta
+        self.calls = 0
+
+    def __call__(self, A, B=None):
+        self.calls += 1
+        return self.kernel(A, B)
+
+    def diag(self, A):
+        return self.kernel.diag(A)
+
+    def vjp(self, A, B=None):
+        raise AssertionError("a derivative tape was built")
+
+    def diag_vjp(self, A):
+        raise AssertionError("a derivative tape was built")
+
+
+@pytest.mark.parametrize("options", [{}, {"kl_columns": 2}])
+def test_evaluations_without_gradients_build_no_derivative_tapes(options):
+    model, X, Y = make_problem(p=2, seed=12, **options)
+    full = model.evaluate(X, Y)
+    lazy = NoDerivatives(model.kernel)
+    mean, var, tape = orth_decoupled.marginals(lazy, X, model.state, model.jitter, need_grad="natural")
+    np.testing.assert_allclose(mean, full.tape.mean, rtol=1e-10, atol=1e-12)
+    # The natural step from that tape is the one from the full tape.
+    d_mean, d_var = full.d_mean, full.d_var
+    a = orth_decoupled.natural_step(tape, model.state, d_mean, d_var, 0.5)
+    b = orth_decoupled.natural_step(full.tape, model.state, d_mean, d_var, 0.5)
+    np.testing.assert_allclose(a.q_mean, b.q_mean, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(a.q_sqrt, b.q_sqrt, rtol=1e-9, atol=1e-12)
+    mean2, var2, none = orth_decoupled.marginals(lazy, X, model.state, model.jitter, need_grad=False)
+    assert none is None
+    np.testing.assert_allclose(mean2, mean, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(var2, var, rtol=1e-10, atol=1e-12)
+    orth_decoupled.kl_divergence(lazy, model.state, model.jitter)
+    orth_decoupled.make_predictor(lazy, model.state, model.jitter).latent(lazy, X)
+
+
+def test_exact_term_is_reused_until_its_inputs_change():
+    model, X, _ = make_problem(seed=13)
+    kernel = NoDerivatives(model.kernel)
+    state = model.state
+    first = orth_decoupled.kl_divergence(kernel, state, model.jitter)
+    calls = kernel.calls
+    assert orth_decoupled.kl_divergence(kernel, state, model.jitter) == first
+    # K_bb and K_gb again, but not K_gg.
+    assert kernel.calls == calls + 2
+    # A natural step keeps gamma, a and the kernel: the cache carries over.
+    tape = orth_decoupled.marginals(model.kernel, X, state, model.jitter)[2]
+    stepped = orth_decoupled.natural_step(tape, state, np.ones((X.shape[0], 1)), -np.ones((X.shape[0], 1)), 0.3)
+    assert stepped.quadratic_cache is state.quadratic_cache
+    # New coefficients: recomputed, and equal to a fresh computation.
+    state.orth_mean = 2.0 * state.orth_mean
+    changed = orth_decoupled.kl_divergence(kernel, state, model.jitter)
+    assert kernel.calls == calls + 5
+    fresh, _, _ = make_problem(seed=13)
+    fresh.state.orth_mean = state.orth_mean.copy()
+    assert changed == pytest.approx(orth_decoupled.kl_divergence(fresh.kernel, fresh.state, fresh.jitter), rel=1e-12)
+    # So is a new theta.
+    model.kernel.set_theta(model.kernel.theta + 0.1)
+    kernel.theta = model.kernel.theta
+    orth_decoupled.kl_divergence(kernel, state, model.jitter)
+    assert kernel.calls == calls + 8
 
 
 # --- estimators --------------------------------------------------------------------------
@@ -380,14 +516,28 @@ def test_warm_start_continues_both_sets():
     assert reg.n_steps_ == 12 and not np.array_equal(first, reg.orthogonal_points_)
 
 
-def test_bad_settings_are_refused(gamma_step):
+def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="beta point"):
         orth_decoupled.init_state(np.zeros((3, 1)), 1, 1, n_orthogonal=3)
-    orth_decoupled.KL_COLUMNS = 0
-    with pytest.raises(ValueError, match="KL_COLUMNS"):
-        orth_decoupled.init_state(np.zeros((3, 1)), 1, 1, n_orthogonal=1)
-    orth_decoupled.KL_COLUMNS = None
-    orth_decoupled.GAMMA_STEP = "newton"
-    model, X, Y = make_problem()
-    with pytest.raises(ValueError, match="GAMMA_STEP"):
-        model.natural_step(model.evaluate(X, Y), 0.5)
+    for bad in (0, -2, 1.5, True, "all"):
+        with pytest.raises(ValueError, match="kl_columns"):
+            orth_decoupled.init_state(np.zeros((3, 1)), 1, 1, n_orthogonal=1, kl_columns=bad)
+
+
+def test_estimator_kl_columns_and_seeded_sampler():
+    """kl_columns reaches the state; the column sampler follows random_state."""
+    from skgp_sparse import SparseGPRegressor
+
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-2, 2, size=(700, 2))
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.standard_normal(700)
+    settings = dict(basis="orth_decoupled", n_inducing=10, n_orthogonal=40, kl_columns=8, batch_size=200, max_iter=2)
+
+    def fit(seed, **extra):
+        return SparseGPRegressor(**{**settings, **extra}, random_state=seed).fit(X, y)
+
+    first, again, other = fit(0), fit(0), fit(1)
+    np.testing.assert_array_equal(first.variational_state_.orth_mean, again.variational_state_.orth_mean)
+    assert not np.array_equal(first.variational_state_.orth_mean, other.variational_state_.orth_mean)
+    exact = fit(0, kl_columns=None)
+    assert not np.array_equal(first.variational_state_.orth_mean, exact.variational_state_.orth_mean)

@@ -225,6 +225,90 @@ def test_gradients_match_finite_differences(p):
     assert_adam_gradients_match(model, X, Y)
 
 
+@pytest.mark.parametrize("natural", [True, False])
+def test_gradients_in_the_whitened_form_match_finite_differences(natural):
+    """Fewer rows than twice the larger set: the whitened form (the tests above run the
+    folded one, checked here too)."""
+    model, X, Y = make_problem(n=9, m=5, m2=4, p=2, seed=24, natural=natural)
+    assert model.evaluate(X, Y).tape.inv_u is None
+    assert_adam_gradients_match(model, X, Y)
+    folded, X2, Y2 = make_problem(p=2, seed=24, natural=natural)
+    assert folded.evaluate(X2, Y2).tape.inv_u is not None
+
+
+@pytest.mark.parametrize("p, n_cov", [(1, 1), (2, 1), (2, 2)])
+def test_folded_and_whitened_forms_agree(p, n_cov):
+    """Same marginals, gradients and natural step from either form of the same model."""
+    from skgp_sparse._estimators.classifier import make_likelihood
+
+    likelihood = make_likelihood("robustmax", 2) if n_cov == 2 else None
+    Y = np.random.default_rng(2).integers(0, 2, size=(40, 1)).astype(float) if n_cov == 2 else None
+    model, X, Y = make_problem(p=p, n_cov=n_cov, seed=25, likelihood=likelihood, Y=Y, natural=False)
+    st, k = model.state, model.kernel
+    fields = ("inducing", "orthogonal") + solve.VARIATIONAL_FIELDS
+    out = {}
+    for form in ("whitened", "folded"):
+        mean, var, tape = solve.marginals(k, X, st, model.jitter, True, form=form)
+        d_mean = np.cos(mean)
+        d_var = -0.3 - 0.1 * np.sin(np.arange(X.shape[0]))[:, None] * np.ones((1, var.shape[1] if n_cov > 1 else p))
+        theta_bar, bars = solve.backward(tape, st, d_mean, d_var, fields)
+        step = solve.natural_step(tape, st, d_mean, d_var, 0.4)
+        out[form] = (mean, var, theta_bar, bars, step)
+    w, f = out["whitened"], out["folded"]
+    np.testing.assert_allclose(f[0], w[0], rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(f[1], w[1], rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(f[2], w[2], rtol=1e-8, atol=1e-10)
+    for name in fields:
+        np.testing.assert_allclose(f[3][name], w[3][name], rtol=1e-8, atol=1e-10, err_msg=name)
+    for name in ("q_mean", "q_sqrt", "q_mean_orthogonal", "q_sqrt_orthogonal"):
+        np.testing.assert_allclose(getattr(f[4], name), getattr(w[4], name), rtol=1e-8, atol=1e-10, err_msg=name)
+
+
+def test_ill_conditioned_factors_keep_the_whitened_form(monkeypatch):
+    """The folded form's rounding grows with the condition numbers of K_uu and C_vv: above
+    the coupled basis's bound (lowered here to what this problem has) a training step
+    keeps the whitened form."""
+    model, X, Y = make_problem(seed=26)
+    tape = model.evaluate(X, Y).tape
+    bounds = [solve._condition_bound(tape.low_u, tape.inv_u), solve._condition_bound(tape.low_v, tape.inv_v)]
+    for limit in bounds:
+        monkeypatch.setattr(coupled, "FOLDED_FORM_MAX_CONDITION", 0.99 * limit)
+        assert model.evaluate(X, Y).tape.inv_u is None
+    monkeypatch.setattr(coupled, "FOLDED_FORM_MAX_CONDITION", 1.01 * max(bounds))
+    assert model.evaluate(X, Y).tape.inv_u is not None
+
+
+class NoDerivatives:
+    """A kernel that refuses to build derivative tapes."""
+
+    def __init__(self, kernel):
+        self.kernel, self.theta = kernel, kernel.theta
+
+    def __call__(self, A, B=None):
+        return self.kernel(A, B)
+
+    def diag(self, A):
+        return self.kernel.diag(A)
+
+    def vjp(self, A, B=None):
+        raise AssertionError("a derivative tape was built")
+
+    diag_vjp = vjp
+
+
+@pytest.mark.parametrize("m2", [0, 4])
+def test_natural_only_evaluations_build_no_derivative_tapes(m2):
+    model, X, Y = make_problem(m2=m2, seed=27)
+    full = model.evaluate(X, Y)
+    mean, _, tape = solve.marginals(NoDerivatives(model.kernel), X, model.state, model.jitter, need_grad="natural")
+    reference = solve.marginals(model.kernel, X, model.state, model.jitter, need_grad=False)[0]
+    np.testing.assert_allclose(mean, reference, rtol=1e-9, atol=1e-12)
+    a = solve.natural_step(tape, model.state, full.d_mean, full.d_var, 0.5)
+    b = solve.natural_step(full.tape, model.state, full.d_mean, full.d_var, 0.5)
+    for name in ("q_mean", "q_sqrt", "q_mean_orthogonal", "q_sqrt_orthogonal"):
+        np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=1e-9, atol=1e-12, err_msg=name)
+
+
 def test_gradient_includes_both_relative_jitters():
     """Large jitters make their dependence on theta visible to finite differences."""
     model, X, Y = make_problem(seed=23, jitter=1e-2)

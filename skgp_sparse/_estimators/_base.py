@@ -99,10 +99,24 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         kernel = resolve_kernel(self.kernel, sample.shape[1], feature_scale(sample, sample_weight))
         Z = initial_inducing_points(self, sample, kernel, rng)
         n_outputs, n_covariances = self._latent_shape()
+        # With fewer distinct rows than points asked for (clipped, with a warning), the
+        # orthogonal set gives way first: the first set needs at least one point.
+        n_orthogonal = min(self.n_orthogonal, Z.shape[0] - 1)
         state = BASES[self.basis].init_state(
-            Z, n_outputs=n_outputs, n_covariances=n_covariances, n_orthogonal=self.n_orthogonal
+            Z, n_outputs=n_outputs, n_covariances=n_covariances, n_orthogonal=n_orthogonal,
+            **self._basis_options(rng),
         )
         return self._build_model(kernel, state, n_data)
+
+    def _basis_options(self, rng):
+        """The keyword options of the basis's ``init_state`` (``INIT_OPTIONS``) from the
+        estimator's parameters; a seed is drawn from ``rng`` only when the basis has an
+        orthogonal set to sample, so that other fits keep their random stream."""
+        accepted = getattr(BASES[self.basis], "INIT_OPTIONS", ())
+        options = {"kl_columns": self.kl_columns}
+        if "seed" in accepted and self.n_orthogonal > 0:
+            options["seed"] = int(rng.integers(2**32))
+        return {name: value for name, value in options.items() if name in accepted}
 
     def _layout(self, Y, weights, known_noise):
         """The model's target layout for this call, and the training array it reads."""

@@ -28,6 +28,7 @@ COMMON_CONSTRAINTS = {
     "basis": [StrOptions(set(BASES))],
     "n_inducing": [Interval(Integral, 1, None, closed="left")],
     "n_orthogonal": [Interval(Integral, 0, None, closed="left")],
+    "kl_columns": [None, StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
     "batch_size": [None, StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
     "max_iter": [Interval(Integral, 1, None, closed="left")],
     "tol": [Interval(Real, 0, None, closed="left")],

@@ -1,7 +1,10 @@
 """Variational families. Each module offers the same small set of functions:
 
-- ``init_state(points, n_outputs, n_covariances, n_orthogonal)``: the starting state from
-  ``n_inducing + n_orthogonal`` initial inducing inputs (the basis splits them);
+- ``init_state(points, n_outputs, n_covariances, n_orthogonal, **options)``: the starting
+  state from ``n_inducing + n_orthogonal`` initial inducing inputs (the basis splits them);
+  the keyword options a basis takes are named in its ``INIT_OPTIONS`` (default none) and
+  stored on the state, so that they are per fit and pickle with the model (orth_decoupled:
+  ``kl_columns`` and the ``seed`` of its column sampler);
 - ``marginals(kernel, X, state, jitter, need_grad)`` -> ``(mean (B, P), var (B, C), tape)``;
 - ``kl_divergence(kernel, state, jitter, tape=None)``: the KL term (a tape from the same
   parameters saves recomputing kernel matrices);
@@ -19,6 +22,9 @@ natural step of size one from a conjugate likelihood's adjoints lands on the opt
 those rows (the coupled basis): full-batch Gaussian fits then optimise the collapsed bound.
 ``CONJUGATE_NATURAL_STEP`` (default False) says that it lands on each Gaussian block's
 optimum given the others: a pass of such steps settles q after a minibatch fit.
+
+A basis may overwrite the matrices that ``kernel.vjp`` returned to it (the compiled kernels
+hand over ownership, :mod:`skgp_sparse.kernels._base`).
 """
 
 from . import coupled, inverse_free, orth_decoupled, solve

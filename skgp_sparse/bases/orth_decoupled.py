@@ -5,7 +5,7 @@ covariance and part of the mean exactly as the coupled basis does, and gamma
 (``orthogonal``, |gamma| = n_orthogonal) carries extra mean basis functions projected
 orthogonally to span(beta). With K = K_bb + jitter (the same jittered matrix everywhere),
 L_k L_k^T = K, whitened beta parameters (m_p, S_c = L_c L_c^T) as in
-:mod:`.coupled` and gamma coefficients a_p (column p of ``orth_mean``):
+:mod:`.coupled` and gamma coefficients a_p (column p of the coefficient matrix):
 
     mean_p(x) = k_xb L_k^-T m_p + (k_xg - k_xb K^-1 K_bg) a_p
               = k_xb L_k^-T (m_p - w_p) + k_xg a_p,        w_p = L_k^-1 K_bg a_p
@@ -16,20 +16,25 @@ L_k L_k^T = K, whitened beta parameters (m_p, S_c = L_c L_c^T) as in
 (spec_orth_decoupled.md 2.5, the corrected marginals of the paper's App. A.2). The gamma
 part of the mean vanishes at the beta points and adds no (a, m) cross term to the KL.
 
-Beyond the coupled cost a step costs O(B |gamma| D) for K(X, gamma), O(|beta| |gamma| D)
-for K(beta, gamma) and O(|gamma|^2 D) for the exact a^T K_gg a; with
-``KL_COLUMNS = c`` the last one is replaced by the paper's unbiased column-sampled
-estimate (c random columns of K_gg, O(c |gamma| D)) in the training steps, while the
-reported ELBO (:func:`kl_divergence` without a tape) stays exact.
-
 Updates: q(v) of beta by the coupled natural step (the orthogonal natural parameters
 make it independent of gamma; its "u" is the beta part of the mean only, which is what
-the coupled tape holds). The gamma coefficients by Adam (``GAMMA_STEP = "adam"``, the
-default, as in the paper's experiments) or by the paper's diagonally preconditioned step
-(eq. 17) a <- a + tau_g (D_g|b + eps)^-1 d(ELBO)/da with D_g|b = diag(K_gg - K_gb K^-1 K_bg)
-(``GAMMA_STEP = "diagonal"``, tau_g = ``DIAGONAL_STEP_SIZE``). Both settings are read
-when a model is built: change them before ``fit``. docs/bases/orth_decoupled.md gives the
-measurement behind the default.
+the coupled tape holds); the gamma coefficients by Adam, with the kernel
+hyperparameters and both point sets, as in the paper's experiments ("OrthNat"). The
+paper's diagonally preconditioned step for gamma (eq. 17) and its code's rescaling of
+the coefficients by the residual variances were measured worse than this and are not
+offered (docs/bases/orth_decoupled.md).
+
+Cost of a training step beyond the coupled one over beta: the kernel matrix
+K(gamma, [X; beta]) with its reverse pass, O((B + |beta|) |gamma| D), taken in one call
+so that one product with a gives both K_Xg a and K_bg a; K(beta, gamma) again for the
+gradient in beta; and the KL's a^T K_gg a. That term is O(|gamma|^2 D) exactly; with
+``kl_columns = c`` (an argument of :func:`init_state`, kept on the state) the training
+steps use the paper's unbiased estimate from c random columns of K_gg (App. A.3,
+O(c |gamma| D)), drawn from the state's own generator. The reported ELBO
+(:func:`kl_divergence` without a tape) is always exact; its a^T K_gg a is cached on the
+state until the kernel, gamma or a change, so evaluations that only report a value or
+feed a natural step (``need_grad`` False or "natural") build no kernel derivatives and
+do not recompute it.
 
 With n_orthogonal = 0 every function hands over to :mod:`.coupled` unchanged, so the model
 is exactly the coupled one.
@@ -41,37 +46,60 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import coupled
-from ..linalg import jittered_cholesky_backward, mm, solve_triangular
-
-#: How the gamma coefficients move: "adam" (with the kernel hyperparameters) or
-#: "diagonal" (the paper's eq. 17 inside the natural step). Read when a model is built.
-GAMMA_STEP = "adam"
-#: Step size tau_g of the diagonal step (GAMMA_STEP = "diagonal").
-DIAGONAL_STEP_SIZE = 1e-3
-#: None: the exact a^T K_gg a in every step (O(|gamma|^2)). An int c: the paper's
-#: column-sampled estimate from c random columns (O(c |gamma|)) in the training steps.
-#: Read by :func:`init_state`.
-KL_COLUMNS = None
+from ..kernels import CompiledKernel
+from ..linalg import mm, solve_triangular
 
 #: Fields moved by Adam when the inducing inputs are learned: both sets.
 INDUCING_FIELDS = ("inducing", "orthogonal")
+#: The gamma coefficients are always moved by Adam (spec 3.5: their natural step is not
+#: a conjugate one).
+ADAM_FIELDS = ("orth_mean",)
+#: Fields of beta's q(v) that Adam moves instead of the natural step (variational_optimizer="adam").
+VARIATIONAL_FIELDS = ("q_mean", "q_sqrt")
+#: Beta's step is the coupled one: from a Gaussian likelihood's adjoints a step of size one
+#: lands on the optimal q(v) for the gamma coefficients where Adam holds them.
+#: Keyword options of :func:`init_state` (the estimators pass these when the basis has them).
+INIT_OPTIONS = ("kl_columns", "seed")
+EXACT_NATURAL_STEP = True
+CONJUGATE_NATURAL_STEP = True
+
+#: ``kl_columns="auto"``: the exact a^T K_gg a up to this many gamma points (where it
+#: costs about a tenth of a step at batch 1024, a fifth at 512) ...
+AUTO_EXACT_MAX_ORTHOGONAL = 256
+#: ... and above it the column-sampled estimate from at least this many columns (the
+#: paper's c) ...
+AUTO_MIN_COLUMNS = 64
+#: ... and at least one column in this many: with 64 columns of 4096 the estimate's noise
+#: cost accuracy in short fits, with 256 it did not (docs/bases/orth_decoupled.md).
+AUTO_COLUMN_RATIO = 16
 
 
-def __getattr__(name):
-    # The field lists follow GAMMA_STEP (PEP 562 module attributes).
-    if name == "ADAM_FIELDS":
-        return ("orth_mean",) if GAMMA_STEP == "adam" else ()
-    if name == "VARIATIONAL_FIELDS":
-        return ("q_mean", "q_sqrt") if GAMMA_STEP == "adam" else ("q_mean", "q_sqrt", "orth_mean")
-    if name in ("EXACT_NATURAL_STEP", "CONJUGATE_NATURAL_STEP"):
-        # Beta's step is the coupled one, exact for gamma's coefficients held where Adam has them.
-        return GAMMA_STEP == "adam"
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def resolve_kl_columns(kl_columns, n_orthogonal):
+    """The column sample size that ``kl_columns`` means for ``n_orthogonal`` gamma points.
 
+    Parameters
+    ----------
+    kl_columns : None, int or "auto"
+    n_orthogonal : int
 
-def _check_gamma_step():
-    if GAMMA_STEP not in ("adam", "diagonal"):
-        raise ValueError(f"orth_decoupled.GAMMA_STEP must be 'adam' or 'diagonal'; got {GAMMA_STEP!r}")
+    Returns
+    -------
+    int or None
+        None for the exact term (also when c >= n_orthogonal: sampling would not save work).
+    """
+    if isinstance(kl_columns, str):
+        if kl_columns != "auto":
+            raise ValueError(f"kl_columns must be None, a positive int or 'auto'; got {kl_columns!r}")
+        if n_orthogonal <= AUTO_EXACT_MAX_ORTHOGONAL:
+            return None
+        kl_columns = max(AUTO_MIN_COLUMNS, -(-n_orthogonal // AUTO_COLUMN_RATIO))
+    elif kl_columns is not None:
+        if isinstance(kl_columns, (bool, np.bool_)) or not isinstance(kl_columns, (int, np.integer)) or kl_columns < 1:
+            raise ValueError(f"kl_columns must be None, a positive int or 'auto'; got {kl_columns!r}")
+        kl_columns = int(kl_columns)
+    if kl_columns is not None and kl_columns >= n_orthogonal:
+        return None
+    return kl_columns
 
 
 @dataclass
@@ -89,7 +117,7 @@ class OrthState:
     kl_columns : int or None
         Column sample size of a^T K_gg a in training steps (None: exact).
     column_rng : numpy Generator or None
-        Draws the sampled columns.
+        Draws the sampled columns (None when the KL is exact).
     """
 
     beta: coupled.CoupledState
@@ -97,6 +125,9 @@ class OrthState:
     orth_mean: np.ndarray
     kl_columns: int = None
     column_rng: object = field(default=None, repr=False)
+    # The exact a^T K_gg a of the last evaluation without gradients, with what it was
+    # computed from: the reported ELBO and natural-only evaluations reuse it.
+    quadratic_cache: object = field(default=None, repr=False, compare=False)
 
     # The coupled fields, so that the optimiser and the estimators see one flat state.
     @property
@@ -128,6 +159,7 @@ class OrthState:
         return self.orthogonal.shape[0]
 
     def copy(self):
+        # The generator is copied with its position: the copy draws what the original would.
         return OrthState(
             self.beta.copy(), self.orthogonal.copy(), self.orth_mean.copy(), self.kl_columns,
             copy.deepcopy(self.column_rng),
@@ -136,61 +168,165 @@ class OrthState:
     def drop_caches(self):
         """Forget what can be recomputed (before a fitted model is stored and pickled)."""
         self.beta.drop_caches()
+        self.quadratic_cache = None
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["quadratic_cache"] = None
+        return state
 
 
-def init_state(inducing, n_outputs, n_covariances, n_orthogonal=0):
-    """The prior (zero KL): the first ``len(inducing) - n_orthogonal`` rows are beta, the rest gamma.
+def init_state(points, n_outputs, n_covariances, n_orthogonal=0, *, kl_columns="auto", seed=None):
+    """The prior (zero KL): the first ``len(points) - n_orthogonal`` rows are beta, the rest gamma.
 
     With the estimators' k-means initialisation the rows come in k-means++ seeding order,
     so beta is a well spread subset of the centres (see docs/bases/orth_decoupled.md for
     the comparison with the paper's initialisation).
+
+    Parameters
+    ----------
+    points : ndarray of shape (Mb + Mg, D)
+    n_outputs : int
+        P, the number of latent functions.
+    n_covariances : int
+        C, 1 (shared covariance) or P.
+    n_orthogonal : int
+        Mg, the size of gamma.
+    kl_columns : None, int or "auto", default="auto"
+        How the training steps evaluate a^T K_gg a: None exactly (O(Mg^2)), an int c
+        from c random columns (O(c Mg), unbiased), "auto" exactly up to
+        :data:`AUTO_EXACT_MAX_ORTHOGONAL` = 256 gamma points and above from
+        max(:data:`AUTO_MIN_COLUMNS`, Mg / :data:`AUTO_COLUMN_RATIO`) = max(64, Mg / 16)
+        columns (measured choice, docs/bases/orth_decoupled.md).
+    seed : int or None, default=None
+        Seed of the column sampler (None: 0, so that a fit is reproducible whatever the caller).
+
+    Returns
+    -------
+    OrthState
     """
-    points = np.array(inducing, dtype=np.float64)
+    points = np.array(points, dtype=np.float64)
     n_orthogonal = int(n_orthogonal)
     if n_orthogonal < 0 or points.shape[0] - n_orthogonal < 1:
         raise ValueError(
             f"orth_decoupled needs at least one beta point: got {points.shape[0]} inducing inputs "
             f"for n_orthogonal={n_orthogonal}"
         )
-    if KL_COLUMNS is not None and (not isinstance(KL_COLUMNS, (int, np.integer)) or KL_COLUMNS < 1):
-        raise ValueError(f"orth_decoupled.KL_COLUMNS must be None or a positive int; got {KL_COLUMNS!r}")
+    columns = resolve_kl_columns(kl_columns, n_orthogonal)
     n_beta = points.shape[0] - n_orthogonal
     beta = coupled.init_state(points[:n_beta], n_outputs, n_covariances)
-    columns = None if KL_COLUMNS is None or KL_COLUMNS >= n_orthogonal else int(KL_COLUMNS)
-    rng = None if columns is None else np.random.default_rng(0)
+    rng = None if columns is None else np.random.default_rng(0 if seed is None else seed)
     return OrthState(beta, points[n_beta:].copy(), np.zeros((n_orthogonal, n_outputs)), columns, rng)
 
 
+# --- pieces of the forward pass ----------------------------------------------------------
+def _reusable(kernel, matrix):
+    """``matrix`` (a kernel matrix from ``kernel.vjp``) if its memory may be written over,
+    else None: a :class:`~skgp_sparse.kernels.CompiledKernel` hands over the matrices it
+    returns (its reverse passes keep their own copies); other kernels promise nothing."""
+    return matrix if isinstance(kernel, CompiledKernel) else None
+
+
+def _outer_over(buffer, left, right):
+    """``left @ right.T``, written over ``buffer`` (whose content is no longer needed) when
+    there is one column and a buffer: the adjoint of a kernel matrix of gamma is as large
+    as the matrix, and a fresh array of that size costs its page faults on every step
+    (about a tenth of an orth(128 + 1024) step at batch 1024)."""
+    if buffer is not None and left.shape[1] == 1:
+        np.multiply(left, right.T, out=buffer)
+        return buffer
+    return mm(left, right, trans_b=True)
+
+
+class _ExactQuadratic:
+    """sum_p a_p^T K_gg a_p from the whole K_gg, with its derivatives."""
+
+    def __init__(self, kernel, gamma, a):
+        kgg, self.back = kernel.vjp(gamma)
+        self.a, self.kgg_a = a, mm(kgg, a)
+        self.value = float(np.sum(a * self.kgg_a))
+        # Only its memory is needed any more: the adjoint -1/2 a a^T is written there.
+        self.buffer = _reusable(kernel, kgg)
+
+    def a_gradient(self):
+        """d(-1/2 quad)/da."""
+        return -self.kgg_a
+
+    def backward(self, kernel, gamma, want_gamma):
+        """(theta_bar, gamma_bar) of -1/2 quad."""
+        buffer, self.buffer = self.buffer, None
+        return self.back(_outer_over(buffer, self.a, -0.5 * self.a))
+
+
+class _SampledQuadratic:
+    """(Mg / c) sum_p a_C,p^T K_Cg a_p from c columns C drawn uniformly without replacement:
+    unbiased for sum_p a_p^T K_gg a_p, and so are its derivatives (spec 4.4)."""
+
+    def __init__(self, kernel, gamma, a, columns, rng):
+        n = gamma.shape[0]
+        self.cols = np.sort(rng.choice(n, columns, replace=False))
+        self.scale = n / columns
+        kcg, self.back = kernel.vjp(gamma[self.cols], gamma)
+        self.a, self.kcg, self.kcg_a = a, kcg, mm(kcg, a)
+        self.value = self.scale * float(np.sum(a[self.cols] * self.kcg_a))
+
+    def a_gradient(self):
+        grad = -0.5 * self.scale * mm(self.kcg, self.a[self.cols], trans_a=True)
+        grad[self.cols] -= 0.5 * self.scale * self.kcg_a
+        return grad
+
+    def backward(self, kernel, gamma, want_gamma):
+        kcg_bar = -0.5 * self.scale * mm(self.a[self.cols], self.a, trans_b=True)
+        theta_bar, rows_bar = self.back(kcg_bar)
+        gamma_bar = np.zeros_like(gamma)
+        if want_gamma:
+            gamma_bar[self.cols] = rows_bar
+            # The columns' side of K_Cg (its theta part is counted above).
+            _, back_cols = kernel.vjp(gamma, gamma[self.cols])
+            gamma_bar += back_cols(kcg_bar.T)[1]
+        return theta_bar, gamma_bar
+
+
+class _CachedQuadratic:
+    """The exact value only (evaluations without gradients)."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+def _exact_quadratic_value(kernel, state, a):
+    """sum_p a_p^T K_gg a_p, reused while the kernel, gamma and a are those of the last call
+    (the ELBO reports and the natural-only passes do not move them)."""
+    key = (id(kernel), kernel.theta, state.orthogonal, a)
+    cache = state.quadratic_cache
+    if cache is not None and cache[0][0] == key[0] and all(
+        np.array_equal(x, y) for x, y in zip(cache[0][1:], key[1:])
+    ):
+        return cache[1]
+    value = float(np.sum(a * mm(kernel(state.orthogonal), a)))
+    state.quadratic_cache = ((key[0],) + tuple(np.array(x, copy=True) for x in key[1:]), value)
+    return value
+
+
 class _Tape:
-    """The coupled tape of the beta part plus what the gamma part needs."""
+    """The coupled tape of the beta part plus what the gamma part needs.
 
-    __slots__ = ("beta", "jitter", "mean", "kgx", "back_gx", "kgb", "back_gb", "c", "w", "quad", "kgg_a",
-                 "back_gg", "columns", "kernel")
-
-
-def _quadratic(kernel, gamma, a, need_grad, columns=None, rng=None):
-    """sum_p a_p^T K_gg a_p (exact, or the column-sampled estimate) and what its gradient needs.
-
-    Returns (value, K_gg a or its sampled counterpart, backward or None, sampled columns or None).
+    ``k_gamma`` is K(gamma, [X; beta]) (Mg x (B + Mb)): the two kernel matrices of gamma
+    in one call, so that one product with a gives both K_Xg a (the mean) and K_bg a (for
+    w), and one product with [G; c_bar] the gradient in a.
     """
-    if columns is None:
-        if need_grad:
-            kgg, back = kernel.vjp(gamma)
-        else:
-            kgg, back = kernel(gamma), None
-        kgg_a = mm(kgg, a)
-        return float(np.sum(a * kgg_a)), kgg_a, back, None
-    n_g = gamma.shape[0]
-    cols = np.sort(rng.choice(n_g, columns, replace=False))
-    # (Mg / c) a_C^T K_Cg a: unbiased for a^T K_gg a under uniform sampling without replacement.
-    kcg, back = kernel.vjp(gamma[cols], gamma) if need_grad else (kernel(gamma[cols], gamma), None)
-    kcg_a = mm(kcg, a)
-    scale = n_g / columns
-    return scale * float(np.sum(a[cols] * kcg_a)), (kcg, kcg_a), back, cols
+
+    __slots__ = ("beta", "jitter", "mean", "a", "k_gamma", "back_gamma", "n_rows", "w", "quad", "kernel", "joint")
 
 
 def marginals(kernel, X, state, jitter, need_grad=True):
     """Latent marginals at the rows of X (see :func:`skgp_sparse.bases.coupled.marginals`).
+
+    Parameters
+    ----------
+    need_grad : bool or "natural"
+        True: a tape for :func:`backward` and :func:`natural_step`; "natural": a tape for
+        :func:`natural_step` only (no kernel derivatives, the exact KL); False: no tape.
 
     Returns
     -------
@@ -205,27 +341,36 @@ def marginals(kernel, X, state, jitter, need_grad=True):
         tape = _Tape()
         tape.beta, tape.jitter, tape.mean = tape_b, tape_b.jitter, mean
         return mean, var, tape
-    # The gamma part needs L_k and A = L_k^-1 K_bX, which the coupled forward keeps in its tape.
-    mean_b, var, tape_b = coupled.marginals(kernel, X, state.beta, jitter, need_grad=True)
-    gamma, beta, a = state.orthogonal, state.inducing, state.orth_mean
-    if need_grad:
-        kgx, back_gx = kernel.vjp(gamma, X)
-        kgb, back_gb = kernel.vjp(gamma, beta)
+    with_vjp = bool(need_grad) and need_grad != "natural"
+    # The gamma part needs L_k and A^T w (A = L_k^-1 K_bX) from the coupled forward: its
+    # tape without kernel derivatives when none are wanted, and then, for a reported
+    # value, the whitened form (the one accurate whatever cond(K_bb)).
+    mean_b, var, tape_b = coupled.marginals(kernel, X, state.beta, jitter, True if with_vjp else "natural",
+                                            form="auto" if need_grad else "whitened")
+    gamma, beta = state.orthogonal, state.inducing
+    n_rows = X.shape[0]
+    joint = np.vstack([X, beta])
+    if with_vjp:
+        k_gamma, back_gamma = kernel.vjp(gamma, joint)
     else:
-        kgx, back_gx = kernel(gamma, X), None
-        kgb, back_gb = kernel(gamma, beta), None
-    c = mm(kgb, a, trans_a=True)  # K_bg a, (Mb, P)
-    w = solve_triangular(tape_b.low_k, c)
+        k_gamma, back_gamma = kernel(gamma, joint), None
+    a = state.orth_mean
+    # [K_Xg a; K_bg a] in one product.
+    k_a = mm(k_gamma, a, trans_a=True)
+    w = solve_triangular(tape_b.low_k, k_a[n_rows:])
     # mean = A^T m + K_Xg a - A^T w
-    mean = mean_b + mm(kgx, a, trans_a=True) - tape_b.at_times(w)
+    mean = mean_b + k_a[:n_rows] - tape_b.at_times(w)
     if not need_grad:
         return mean, var, None
     tape = _Tape()
-    tape.beta, tape.jitter, tape.mean, tape.kernel = tape_b, tape_b.jitter, mean, kernel
-    tape.kgx, tape.back_gx, tape.kgb, tape.back_gb, tape.c, tape.w = kgx, back_gx, kgb, back_gb, c, w
-    tape.quad, tape.kgg_a, tape.back_gg, tape.columns = _quadratic(
-        kernel, gamma, a, True, state.kl_columns, state.column_rng
-    )
+    tape.beta, tape.jitter, tape.mean, tape.kernel, tape.a, tape.w = tape_b, tape_b.jitter, mean, kernel, a, w
+    tape.k_gamma, tape.back_gamma, tape.n_rows, tape.joint = k_gamma, back_gamma, n_rows, joint
+    if not with_vjp:
+        tape.quad = _CachedQuadratic(_exact_quadratic_value(kernel, state, a))
+    elif state.kl_columns is None:
+        tape.quad = _ExactQuadratic(kernel, gamma, a)
+    else:
+        tape.quad = _SampledQuadratic(kernel, gamma, a, state.kl_columns, state.column_rng)
     return mean, var, tape
 
 
@@ -235,36 +380,19 @@ def _beta_view(state, q_mean):
 
 
 def kl_divergence(kernel, state, jitter, tape=None):
-    """KL(q || p) summed over outputs; exact without a tape, else the tape's estimate
-    (exact unless ``kl_columns`` is set)."""
+    """KL(q || p) summed over outputs: exact without a tape, else the tape's estimate
+    (the column-sampled one in training steps with ``kl_columns`` set)."""
     kl = coupled.kl_divergence(kernel, state.beta, jitter)
     if state.n_orthogonal == 0:
         return kl
     if tape is None:
         low_k, _, _ = coupled.factor_kzz(kernel, state.inducing, jitter, need_grad=False)
-        c = mm(kernel(state.orthogonal, state.inducing), state.orth_mean, trans_a=True)
-        w = solve_triangular(low_k, c)
-        quad = _quadratic(kernel, state.orthogonal, state.orth_mean, False)[0]
+        a = state.orth_mean
+        w = solve_triangular(low_k, mm(kernel(state.orthogonal, state.inducing), a, trans_a=True))
+        quad = _exact_quadratic_value(kernel, state, a)
     else:
-        w, quad = tape.w, tape.quad
+        w, quad = tape.w, tape.quad.value
     return kl + 0.5 * (quad - float(np.sum(w * w)))
-
-
-def _quadratic_gradient(tape, state):
-    """-1/2 d(sum_p a_p^T K_gg a_p)/da, exact or from the sampled columns."""
-    a = state.orth_mean
-    if tape.columns is None:
-        return -tape.kgg_a
-    kcg, kcg_a = tape.kgg_a
-    scale = state.n_orthogonal / tape.columns.size
-    grad = -0.5 * scale * mm(kcg, a[tape.columns], trans_a=True)
-    grad[tape.columns] -= 0.5 * scale * kcg_a
-    return grad
-
-
-def _orth_mean_gradient(tape, state, c_bar, d_mean):
-    """d(F - KL)/da = K_gX g + K_gb c_bar - K_gg a  (c_bar = d(F - KL)/d(K_bg a))."""
-    return mm(tape.kgx, d_mean) + mm(tape.kgb, c_bar) + _quadratic_gradient(tape, state)
 
 
 def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal", "orth_mean")):
@@ -275,10 +403,12 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal", "orth
     w_bar = w - A G (the gradient in w = L_k^-1 K_bg a, from the mean and the KL),
     c_bar = L_k^-T w_bar:
 
-        dF/dK_gX = a G^T,    dF/dK_gb = a c_bar^T,    dF/dK_gg = -1/2 a a^T,
+        dF/dK(gamma, [X; beta]) = a [G; c_bar]^T,    dF/dK_gg = -1/2 a a^T,
         L_k^T dF/dL_k += -w_bar w^T,
-        dF/da = K_gX G + K_gb c_bar - K_gg a,    dF/dm = (coupled) - w.
+        dF/da = K(gamma, [X; beta]) [G; c_bar] - K_gg a,    dF/dm = A G - m,
 
+    with K_gg a and dF/dK_gg replaced by their column-sampled estimates when the tape's
+    KL term is sampled. The L_k adjoints of both parts go through one Cholesky adjoint.
     Every term is checked against finite differences in tests/test_orth_decoupled.py.
     """
     if state.n_orthogonal == 0:
@@ -290,86 +420,62 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal", "orth
             elif name == "orth_mean":
                 bars[name] = np.zeros_like(state.orth_mean)
         return theta_bar, bars
-    tb = tape.beta
-    a, w = state.orth_mean, tape.w
-    fields_b = tuple(f for f in fields if f in ("inducing", "q_mean", "q_sqrt"))
-    theta_bar, bars = coupled.backward(tb, _beta_view(state, state.q_mean - w), d_mean, d_var,
-                                       fields_b + (() if "inducing" in fields_b else ("inducing",)))
-    if "q_mean" in bars:
-        # The KL holds m, not m - w: the coupled pass subtracted m - w.
-        bars["q_mean"] = bars["q_mean"] - w
-    ag = tb.a_times(d_mean)
-    w_bar = w - ag
+    tb, kernel = tape.beta, tape.kernel
+    a, w = tape.a, tape.w
+    # The coupled pass (coupled.backward) over the mean weights m - w, unrolled so that the
+    # gamma part's share of L_k^T dF/dL_k joins it before the Cholesky adjoint.
+    h = coupled._summed_var_adjoint(d_var, state.q_sqrt.shape[0])
+    view = _beta_view(state, state.q_mean - w)
+    a_g, lt_low_bar = coupled.prior_factor_adjoint(tb, view, d_mean, h)
+    kzx_bar = tb.kzx_adjoint(view, d_mean, h)
+    w_bar = w - a_g
     c_bar = solve_triangular(tb.low_k, w_bar, trans=True)
-    # w = L_k^-1 c: L_k^T dF/dL_k = -w_bar w^T, through the Cholesky and the relative jitter.
-    kzz_bar = jittered_cholesky_backward(tb.low_k, -mm(w_bar, w, trans_b=True), tb.jitter)
-    theta_zz, z_zz = tb.back_zz(kzz_bar)
-    kgb_bar = mm(a, c_bar, trans_b=True)
-    theta_gb, g_gb = tape.back_gb(kgb_bar)
-    theta_gx, g_gx = tape.back_gx(mm(a, d_mean, trans_b=True))
-    theta_bar = theta_bar + theta_zz + theta_gb + theta_gx
-    orth_bar = g_gb + g_gx
-    if tape.columns is None:
-        theta_gg, g_gg = tape.back_gg(-0.5 * mm(a, a, trans_b=True))
-        orth_bar = orth_bar + g_gg
-    else:
-        cols, scale = tape.columns, state.n_orthogonal / tape.columns.size
-        kcg_bar = -0.5 * scale * mm(a[cols], a, trans_b=True)
-        theta_gg, g_rows = tape.back_gg(kcg_bar)
-        orth_bar = orth_bar.copy()
-        orth_bar[cols] += g_rows
-        if "orthogonal" in fields:
-            # The columns' side of K_Cg (its theta part is already counted above).
-            _, back_gc = tape.kernel.vjp(state.orthogonal, state.orthogonal[cols])
-            orth_bar += back_gc(kcg_bar.T)[1]
-    theta_bar = theta_bar + theta_gg
+    lt_low_bar -= mm(w_bar, w, trans_b=True)
+    theta_zz, z_zz = tb.back_zz(tb.cholesky_adjoint(lt_low_bar))
+    theta_zx, z_zx = tb.back_zx(kzx_bar)
+    theta_d = tb.back_diag(h.sum(axis=1))
+    joint_bar = np.vstack([d_mean, c_bar])
+    k_gamma = tape.k_gamma if tape.k_gamma is not None else kernel(state.orthogonal, tape.joint)
+    a_bar = mm(k_gamma, joint_bar) + tape.quad.a_gradient()
+    # K(gamma, [X; beta]) is not needed after a_bar: its adjoint is written over it (a second
+    # backward pass over this tape recomputes the matrix).
+    tape.k_gamma = None
+    k_gamma_bar = _outer_over(_reusable(kernel, k_gamma), a, joint_bar)
+    theta_gamma, g_gamma = tape.back_gamma(k_gamma_bar)
+    theta_gg, g_gg = tape.quad.backward(kernel, state.orthogonal, "orthogonal" in fields)
+    theta_bar = theta_zz + theta_zx + theta_d + theta_gamma + theta_gg
     out = {}
     for name in fields:
         if name == "inducing":
-            beta_bar = bars["inducing"] + z_zz
             # The beta side of K_gb (the vjp above differentiates its first argument, gamma).
-            _, back_bg = tape.kernel.vjp(state.inducing, state.orthogonal)
-            out[name] = beta_bar + back_bg(kgb_bar.T)[1]
+            _, back_bg = kernel.vjp(state.inducing, state.orthogonal)
+            out[name] = z_zz + z_zx + back_bg(np.ascontiguousarray(k_gamma_bar[:, tape.n_rows:].T))[1]
         elif name == "orthogonal":
-            out[name] = orth_bar
+            out[name] = g_gamma + g_gg
         elif name == "orth_mean":
-            out[name] = _orth_mean_gradient(tape, state, c_bar, d_mean)
+            out[name] = a_bar
+        elif name == "q_mean":
+            out[name] = a_g - state.q_mean
+        elif name == "q_sqrt":
+            out[name] = coupled._q_sqrt_gradient(tb, view, h)
         else:
-            out[name] = bars[name]
+            raise ValueError(f"orth_decoupled has no field {name!r}")
     return theta_bar, out
 
 
 def natural_step(tape, state, d_mean, d_var, step):
-    """The coupled natural step on beta's q(v); with ``GAMMA_STEP = "diagonal"`` also the
-    paper's eq. 17 step on the gamma coefficients,
-
-        a <- a + DIAGONAL_STEP_SIZE * (max(D, 0) + eps)^-1 d(F - KL)/da,
-        D = diag(K_gg) - colsum((L_k^-1 K_bg)^2)        (O(|beta|^2 |gamma|)).
+    """The coupled natural step on beta's q(v) (the gamma coefficients are Adam's).
 
     Raises
     ------
     CholeskyError
         If the new precision of beta is not positive definite (the caller backs off).
     """
-    _check_gamma_step()
     new_beta = coupled.natural_step(tape.beta, state.beta, d_mean, d_var, step)
-    new_orth_mean = state.orth_mean
-    if GAMMA_STEP == "diagonal" and state.n_orthogonal > 0:
-        tb = tape.beta
-        c_bar = solve_triangular(tb.low_k, tape.w - tb.a_times(d_mean), trans=True)
-        grad = _orth_mean_gradient(tape, state, c_bar, d_mean)
-        new_orth_mean = state.orth_mean + DIAGONAL_STEP_SIZE * grad / _nystrom_residual_diagonal(tape, state)[:, None]
-    return OrthState(new_beta, state.orthogonal, new_orth_mean, state.kl_columns, state.column_rng)
-
-
-def _nystrom_residual_diagonal(tape, state):
-    """D_g|b = diag(K_gg - K_gb K^-1 K_bg), clipped at 0, plus a relative eps."""
-    kernel = tape.kernel
-    kdiag = kernel.diag(state.orthogonal)
-    proj = solve_triangular(tape.beta.low_k, np.ascontiguousarray(tape.kgb.T))
-    d = kdiag - np.einsum("ij,ij->j", proj, proj)
-    # A gamma point on top of a beta point has D ~ 0 (or slightly negative by rounding).
-    return np.maximum(d, 0.0) + max(tape.jitter, 1e-6) * float(np.mean(kdiag))
+    new = OrthState(new_beta, state.orthogonal, state.orth_mean, state.kl_columns, state.column_rng)
+    # Gamma, a and the kernel are unchanged: the cached a^T K_gg a still holds.
+    new.quadratic_cache = state.quadratic_cache
+    return new
 
 
 @dataclass
@@ -382,6 +488,7 @@ class OrthPredictor:
     beta : CoupledPredictor
     orthogonal_points : ndarray of shape (Mg, D)
     orthogonal_weights : ndarray of shape (Mg, P)
+        The coefficients a.
     """
 
     beta: coupled.CoupledPredictor
@@ -402,6 +509,7 @@ def make_predictor(kernel, state, jitter):
         beta = coupled.make_predictor(kernel, state.beta, jitter)
         return OrthPredictor(beta, state.orthogonal.copy(), state.orth_mean.copy())
     low_k, _, _ = coupled.factor_kzz(kernel, state.inducing, jitter, need_grad=False)
-    w = solve_triangular(low_k, mm(kernel(state.orthogonal, state.inducing), state.orth_mean, trans_a=True))
+    a = state.orth_mean
+    w = solve_triangular(low_k, mm(kernel(state.orthogonal, state.inducing), a, trans_a=True))
     beta = coupled.make_predictor(kernel, _beta_view(state, state.q_mean - w), jitter)
-    return OrthPredictor(beta, state.orthogonal.copy(), state.orth_mean.copy())
+    return OrthPredictor(beta, state.orthogonal.copy(), a.copy())

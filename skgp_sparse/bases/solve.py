@@ -23,6 +23,10 @@ same minibatch adjoints (:func:`skgp_sparse.bases.coupled.natural_step`).
 
 Cost per step: two Cholesky factorisations, of sizes M and M2, instead of one of size
 M + M2 (2x instead of 8x the work of one when M2 = M), plus O(B (M^2 + M M2 + M2^2)).
+Training steps fold L_u^-1 and L_v^-1 into M x M matrices as the coupled basis does
+(:func:`marginals`, ``form``): each block is then a coupled folded tape over K_ux or
+C_vx = K_vx - K_vu K_uu^-1 K_ux, and a step does the multiply-adds of coupled(M + M2)'s
+folded step (0.88x its time at M = M2 = 128, batch 1024; docs/bases/solve.md).
 With ``n_orthogonal=0`` every function hands over to the coupled basis, so the model is
 exactly SVGP. Every formula of the backward pass is checked by finite differences in
 tests/test_solve.py.
@@ -33,8 +37,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import coupled
-from ._fused import add_column_squares, prior_minus_squares
-from ..linalg import gram, jittered_cholesky, jittered_cholesky_backward, mm, solve_triangular, tri_inverse, tri_mm
+from ._fused import add_column_products, add_column_squares, prior_minus_squares
+from ..linalg import (
+    gram,
+    jittered_cholesky,
+    jittered_cholesky_backward,
+    mm,
+    solve_triangular,
+    sym_mm,
+    tri_inverse,
+    tri_mm,
+)
 
 #: Fields of the state that Adam moves when the inducing inputs are learned.
 INDUCING_FIELDS = ("inducing", "orthogonal")
@@ -179,10 +192,15 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0):
 
 
 class _Tape:
-    """What the backward pass and the natural step need from one forward pass."""
+    """What the backward pass and the natural step need from one forward pass.
+
+    ``u`` and ``v`` are the two blocks' coupled tapes, over the features B and D
+    (whitened form) or over K_ux and C_vx with L_u^-1 and L_v^-1 folded into the M x M
+    matrices (folded form, ``inv_u`` and ``inv_v`` set; ``r`` = K_uu^-1 K_uv).
+    """
 
     __slots__ = ("u", "v", "low_u", "low_v", "a_uv", "jitter", "jitter_v", "back_all", "back_cross", "back_diag",
-                 "n_z", "coupled_tape")
+                 "n_z", "coupled_tape", "inv_u", "inv_v", "r")
 
 
 def _factors(kernel, state, jitter, need_grad):
@@ -211,7 +229,26 @@ def _factors(kernel, state, jitter, need_grad):
     return low_u, used_u, a_uv, low_v, used_v, back_all
 
 
-def marginals(kernel, X, state, jitter, need_grad=True):
+def _condition_bound(low, inv_low):
+    """An upper bound on cond(L L^T): trace(K) ||K^-1||_2 <= |L|_F^2 |L^-1|_F^2."""
+    return np.sum(low * low) * np.sum(inv_low * inv_low)
+
+
+def _folded_block(low, inv_low, jitter, kzx, q_mean, q_sqrt):
+    """A coupled folded tape over the features L^-1 kzx of one block: W_c kzx with
+    W_c = L^-T (S_c - I) L^-1, and the block's part of the mean, kzx^T L^-T m."""
+    tape = coupled._FoldedTape()
+    tape.low_k, tape.inv_low, tape.kzx, tape.jitter = low, inv_low, kzx, jitter
+    tape.s_minus_i = coupled.s_minus_identity(q_sqrt)
+    tape.middle = coupled.folded_middle(inv_low, tape.s_minus_i)
+    tape.middle_kzx = [sym_mm(w, kzx) for w in tape.middle]
+    tape.mean = mm(kzx, tri_mm(inv_low, q_mean, trans=True), trans_a=True)
+    tape.back_zz = tape.back_zx = tape.back_diag = None
+    tape.h_key = tape.whitened_gram = None
+    return tape
+
+
+def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
     """Latent marginals at the rows of X.
 
     Parameters
@@ -221,8 +258,19 @@ def marginals(kernel, X, state, jitter, need_grad=True):
     state : SolveState
     jitter : float
         Relative jitter for the Cholesky of K_uu (and the first one tried for C_vv).
-    need_grad : bool
-        Keep what :func:`backward` and :func:`natural_step` need.
+    need_grad : bool or "natural"
+        True: keep what :func:`backward` and :func:`natural_step` need; "natural": what
+        :func:`natural_step` needs (no kernel derivatives).
+    form : {"auto", "whitened", "folded"}
+        How they are evaluated (the model is the same). "whitened": through the features
+        B = L_u^-1 K_ux and D = L_v^-1 C_vx; "folded": through K_ux and C_vx with
+        W = L^-T (S - I) L^-1 per block, which saves two of the eight O(B M^2)-sized
+        products of a training step (the backward pass needs no triangular products with
+        the features). "auto" folds float64 training steps (``need_grad``) with at least
+        :data:`~skgp_sparse.bases.coupled.FOLDED_FORM_MIN_ROWS_PER_POINT` rows per point
+        of the larger set when both K_uu and C_vv are well enough conditioned
+        (:data:`~skgp_sparse.bases.coupled.FOLDED_FORM_MAX_CONDITION`, the coupled
+        basis's rule) and keeps the whitened form otherwise (reported values included).
 
     Returns
     -------
@@ -231,46 +279,69 @@ def marginals(kernel, X, state, jitter, need_grad=True):
     tape : object for :func:`backward` and :func:`natural_step` (None without need_grad)
     """
     if state.n_orthogonal == 0:
-        mean, var, ctape = coupled.marginals(kernel, X, state.block_u(), jitter, need_grad)
+        mean, var, ctape = coupled.marginals(kernel, X, state.block_u(), jitter, need_grad, form=form)
         if ctape is None:
             return mean, var, None
         tape = _Tape()
         tape.coupled_tape, tape.jitter = ctape, ctape.jitter
         return mean, var, tape
-    low_u, used_u, a_uv, low_v, used_v, back_all = _factors(kernel, state, jitter, need_grad)
-    m = state.inducing.shape[0]
+    with_vjp = bool(need_grad) and need_grad != "natural"
+    low_u, used_u, a_uv, low_v, used_v, back_all = _factors(kernel, state, jitter, with_vjp)
+    m, m2 = state.inducing.shape[0], state.orthogonal.shape[0]
     points = np.vstack([state.inducing, state.orthogonal])
-    if need_grad:
+    if with_vjp:
         k_cross, back_cross = kernel.vjp(points, X)
         kdiag, back_diag = kernel.diag_vjp(X)
     else:
         k_cross, kdiag = kernel(points, X), kernel.diag(X)
-    b = solve_triangular(low_u, np.ascontiguousarray(k_cross[:m]))
-    d = solve_triangular(low_v, k_cross[m:] - mm(a_uv, b, trans_a=True))
-    mean_u = mm(b, state.q_mean, trans_a=True)
-    mean_v = mm(d, state.q_mean_orthogonal, trans_a=True)
-    lt_b = [tri_mm(low, b, trans=True) for low in state.q_sqrt]
-    lt_d = [tri_mm(low, d, trans=True) for low in state.q_sqrt_orthogonal]
-    # k_xx - |B|^2 - |D|^2 is the variance left given u and v (>= 0 in exact arithmetic).
-    prior = prior_minus_squares(prior_minus_squares(kdiag, b), d)
-    var = np.empty((len(lt_b), X.shape[0]))
-    for c in range(len(lt_b)):
-        add_column_squares(prior, lt_b[c], var[c])
-        add_column_squares(var[c], lt_d[c], var[c])
+        back_cross = back_diag = None
+    inv_u = inv_v = None
+    fold_if_stable = (need_grad and k_cross.dtype == np.float64
+                      and X.shape[0] >= coupled.FOLDED_FORM_MIN_ROWS_PER_POINT * max(m, m2))
+    if form == "folded" or (form == "auto" and fold_if_stable):
+        inv_u, inv_v = tri_inverse(low_u), tri_inverse(low_v)
+        limit = coupled.FOLDED_FORM_MAX_CONDITION
+        if form == "auto" and (_condition_bound(low_u, inv_u) > limit or _condition_bound(low_v, inv_v) > limit):
+            inv_u = inv_v = None
+    tape = _Tape()
+    tape.coupled_tape, tape.inv_u, tape.inv_v, tape.r = None, inv_u, inv_v, None
+    n_cov = state.q_sqrt.shape[0]
+    var = np.empty((n_cov, X.shape[0]))
+    if inv_u is None:
+        b = solve_triangular(low_u, np.ascontiguousarray(k_cross[:m]))
+        d = solve_triangular(low_v, k_cross[m:] - mm(a_uv, b, trans_a=True))
+        mean_u = mm(b, state.q_mean, trans_a=True)
+        mean_v = mm(d, state.q_mean_orthogonal, trans_a=True)
+        lt_b = [tri_mm(low, b, trans=True) for low in state.q_sqrt]
+        lt_d = [tri_mm(low, d, trans=True) for low in state.q_sqrt_orthogonal]
+        # k_xx - |B|^2 - |D|^2 is the variance left given u and v (>= 0 in exact arithmetic).
+        prior = prior_minus_squares(prior_minus_squares(kdiag, b), d)
+        for c in range(n_cov):
+            add_column_squares(prior, lt_b[c], var[c])
+            add_column_squares(var[c], lt_d[c], var[c])
+        tape.u = coupled._WhitenedTape.of_features(b, lt_b, mean_u)
+        tape.v = coupled._WhitenedTape.of_features(d, lt_d, mean_v)
+    else:
+        # C_vx = K_vx - K_vu K_uu^-1 K_ux = K_vx - R^T K_ux, R = L_u^-T A.
+        kux = k_cross[:m]
+        tape.r = tri_mm(inv_u, a_uv, trans=True)
+        cvx = k_cross[m:] - mm(tape.r, kux, trans_a=True)
+        tape.u = _folded_block(low_u, inv_u, used_u, kux, state.q_mean, state.q_sqrt)
+        tape.v = _folded_block(low_v, inv_v, used_v, cvx, state.q_mean_orthogonal, state.q_sqrt_orthogonal)
+        for c in range(n_cov):
+            add_column_products(kdiag, kux, tape.u.middle_kzx[c], var[c])
+            add_column_products(var[c], cvx, tape.v.middle_kzx[c], var[c])
     var = var.T
     # Differences of large terms far from the data: a tiny negative is rounding.
     np.maximum(var, 0.0, out=var)
+    mean = tape.u.mean + tape.v.mean
     if not need_grad:
-        return mean_u + mean_v, var, None
-    tape = _Tape()
-    tape.coupled_tape = None
-    tape.u = coupled._WhitenedTape.of_features(b, lt_b, mean_u)
-    tape.v = coupled._WhitenedTape.of_features(d, lt_d, mean_v)
+        return mean, var, None
     tape.low_u, tape.low_v, tape.a_uv = low_u, low_v, a_uv
     tape.jitter, tape.jitter_v = used_u, used_v
     tape.back_all, tape.back_cross, tape.back_diag = back_all, back_cross, back_diag
     tape.n_z = m
-    return mean_u + mean_v, var, tape
+    return mean, var, tape
 
 
 def _block_adjoint(block, block_state, d_mean, h):
@@ -296,9 +367,10 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal")):
         K_ux_bar = L_u^-T B_bar,   K_uv_bar = L_u^-T A_bar,   K_vv_bar = C_vv_bar,
         K_vx_bar = C_vx_bar,       K_uu_bar = chol_bar(L_u, L_u^T L_u_bar)
 
-    (each chol_bar including its relative jitter). The kernel's reverse pass then maps
-    the adjoints of K([Z; O]) and K([Z; O], X) to theta, Z and O. The whitened KL depends
-    on q alone.
+    (each chol_bar including its relative jitter) in the whitened form;
+    :func:`_adjoints_folded` gives the same adjoints from a folded tape. The kernel's
+    reverse pass then maps the adjoints of K([Z; O]) and K([Z; O], X) to theta, Z and O.
+    The whitened KL depends on q alone.
 
     Parameters
     ----------
@@ -323,11 +395,37 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal")):
                  "q_sqrt_orthogonal": np.zeros_like(state.q_sqrt_orthogonal)}
         return theta_bar, {name: bars[name] if name in bars else empty[name] for name in fields}
     m = tape.n_z
-    n_cov = state.q_sqrt.shape[0]
-    h = coupled._summed_var_adjoint(d_var, n_cov)
+    h = coupled._summed_var_adjoint(d_var, state.q_sqrt.shape[0])
+    block_u, block_v = state.block_u(), state.block_v()
+    adjoints = _adjoints_whitened if tape.inv_u is None else _adjoints_folded
+    kux_bar, kvx_bar, kuu_bar, kuv_bar, cvv_bar, b_g, d_g = adjoints(tape, block_u, block_v, d_mean, h)
+    m2 = cvv_bar.shape[0]
+    k_all_bar = np.zeros((m + m2, m + m2))
+    k_all_bar[:m, :m] = kuu_bar
+    k_all_bar[:m, m:] = kuv_bar
+    k_all_bar[m:, m:] = cvv_bar
+    theta_all, points_all = tape.back_all(k_all_bar)
+    theta_cross, points_cross = tape.back_cross(np.vstack([kux_bar, kvx_bar]))
+    theta_d = tape.back_diag(h.sum(axis=1))
+    points_bar = points_all + points_cross
+    bars = {"inducing": points_bar[:m], "orthogonal": points_bar[m:]}
+    if "q_mean" in fields:
+        bars["q_mean"] = b_g - state.q_mean
+    if "q_sqrt" in fields:
+        bars["q_sqrt"] = coupled._q_sqrt_gradient(tape.u, block_u, h)
+    if "q_mean_orthogonal" in fields:
+        bars["q_mean_orthogonal"] = d_g - state.q_mean_orthogonal
+    if "q_sqrt_orthogonal" in fields:
+        bars["q_sqrt_orthogonal"] = coupled._q_sqrt_gradient(tape.v, block_v, h)
+    return theta_all + theta_cross + theta_d, {name: bars[name] for name in fields}
+
+
+def _adjoints_whitened(tape, block_u, block_v, d_mean, h):
+    """Adjoints of K_ux, K_vx, K_uu, K_uv and C_vv through the whitened form (see
+    :func:`backward`), with B g and D g."""
     a_uv, low_u, low_v, b = tape.a_uv, tape.low_u, tape.low_v, tape.u.a
-    b_bar, lt_lu_bar, b_g = _block_adjoint(tape.u, state.block_u(), d_mean, h)
-    d_bar, lt_lv_bar, d_g = _block_adjoint(tape.v, state.block_v(), d_mean, h)
+    b_bar, lt_lu_bar, b_g = _block_adjoint(tape.u, block_u, d_mean, h)
+    d_bar, lt_lv_bar, d_g = _block_adjoint(tape.v, block_v, d_mean, h)
     cvx_bar = solve_triangular(low_v, d_bar, trans=True)
     cvv_bar = jittered_cholesky_backward(low_v, lt_lv_bar, tape.jitter_v)
     t = mm(cvx_bar, b, trans_b=True)
@@ -339,25 +437,38 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal")):
     kux_bar = solve_triangular(low_u, b_bar, trans=True)
     kuv_bar = solve_triangular(low_u, a_bar, trans=True)
     kuu_bar = jittered_cholesky_backward(low_u, lt_lu_bar, tape.jitter)
-    m2 = cvv_bar.shape[0]
-    k_all_bar = np.zeros((m + m2, m + m2))
-    k_all_bar[:m, :m] = kuu_bar
-    k_all_bar[:m, m:] = kuv_bar
-    k_all_bar[m:, m:] = cvv_bar
-    theta_all, points_all = tape.back_all(k_all_bar)
-    theta_cross, points_cross = tape.back_cross(np.vstack([kux_bar, cvx_bar]))
-    theta_d = tape.back_diag(h.sum(axis=1))
-    points_bar = points_all + points_cross
-    bars = {"inducing": points_bar[:m], "orthogonal": points_bar[m:]}
-    if "q_mean" in fields:
-        bars["q_mean"] = b_g - state.q_mean
-    if "q_sqrt" in fields:
-        bars["q_sqrt"] = coupled._q_sqrt_gradient(tape.u, state.block_u(), h)
-    if "q_mean_orthogonal" in fields:
-        bars["q_mean_orthogonal"] = d_g - state.q_mean_orthogonal
-    if "q_sqrt_orthogonal" in fields:
-        bars["q_sqrt_orthogonal"] = coupled._q_sqrt_gradient(tape.v, state.block_v(), h)
-    return theta_all + theta_cross + theta_d, {name: bars[name] for name in fields}
+    return kux_bar, cvx_bar, kuu_bar, kuv_bar, cvv_bar, b_g, d_g
+
+
+def _adjoints_folded(tape, block_u, block_v, d_mean, h):
+    """The same adjoints through the folded form.
+
+    Each block is a coupled folded tape (features K_ux for u, C_vx for v), whose own
+    adjoints give dF/dK_ux (direct), dF/dC_vx and L^T dF/dL for both prior factors. Then
+    through C_vx = K_vx - R^T K_ux, R = L_u^-T A, C_vv = K_vv - A^T A, A = L_u^-1 K_uv:
+
+        K_ux_bar -= R C_vx_bar,   R_bar = -K_ux C_vx_bar^T,   K_vx_bar = C_vx_bar,
+        A_bar = L_u^-1 R_bar - 2 A C_vv_bar,   C_vv_bar = chol_bar(L_v, L_v^T L_v_bar),
+        L_u^T L_u_bar += -A (L_u^-1 R_bar)^T - A_bar A^T,   K_uv_bar = L_u^-T A_bar.
+
+    Two O(B M M2) products (for K_ux_bar and R_bar) and the blocks' two grams are all
+    the O(B M^2)-sized work; the whitened form needs five.
+    """
+    tu, tv = tape.u, tape.v
+    b_g, lt_lu_bar = coupled.prior_factor_adjoint(tu, block_u, d_mean, h)
+    d_g, lt_lv_bar = coupled.prior_factor_adjoint(tv, block_v, d_mean, h)
+    kux_bar = tu.kzx_adjoint(block_u, d_mean, h)
+    cvx_bar = tv.kzx_adjoint(block_v, d_mean, h)
+    kux_bar -= mm(tape.r, cvx_bar)
+    r_bar = mm(tu.kzx, cvx_bar, trans_b=True)
+    r_bar *= -1.0
+    lu_r_bar = tri_mm(tape.inv_u, r_bar)
+    cvv_bar = jittered_cholesky_backward(tape.low_v, lt_lv_bar, tape.jitter_v, inv_low=tape.inv_v)
+    a_bar = lu_r_bar - 2.0 * mm(tape.a_uv, cvv_bar)
+    lt_lu_bar -= mm(tape.a_uv, lu_r_bar, trans_b=True) + mm(a_bar, tape.a_uv, trans_b=True)
+    kuv_bar = tri_mm(tape.inv_u, a_bar, trans=True)
+    kuu_bar = jittered_cholesky_backward(tape.low_u, lt_lu_bar, tape.jitter, inv_low=tape.inv_u)
+    return kux_bar, cvx_bar, kuu_bar, kuv_bar, cvv_bar, b_g, d_g
 
 
 def kl_divergence(kernel, state, jitter, tape=None):
