@@ -62,11 +62,13 @@ def implemented_bases():
     return list(BASES)
 
 
-def fit_with_curve(estimator, X, y, evaluate):
+def fit_with_curve(estimator, X, y, evaluate, budget=None):
     """Fit ``estimator`` and record ``evaluate(model, estimator)`` after every epoch.
 
     Returns ``(fit_seconds, curve)`` where curve is a list of ``(training seconds, metrics)``;
     the evaluation time is excluded from the clock (it would penalise frequent evaluation).
+    ``budget`` (seconds): the fit is ended, as Ctrl-C would end it, after the first epoch
+    that finishes past it.
     """
     curve, paused = [], [0.0]
 
@@ -75,6 +77,8 @@ def fit_with_curve(estimator, X, y, evaluate):
         metrics = evaluate(model, estimator)
         curve.append((entered - start - paused[0], metrics))
         paused[0] += time.perf_counter() - entered
+        if budget is not None and curve[-1][0] > budget:
+            raise KeyboardInterrupt
 
     estimator._epoch_callback = on_epoch
     start = time.perf_counter()
