@@ -12,9 +12,11 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..kernels import compile_kernel
 from ..likelihoods import GaussianLikelihood, NoiseParameter, PoissonLikelihood, StudentTLikelihood
 from ._base import SparseGPBase
+from ._docs import fill_docstring
 from ._common import COMMON_CONSTRAINTS, is_dask_collection
 
 
+@fill_docstring
 class SparseGPRegressor(RegressorMixin, SparseGPBase):
     """Sparse variational Gaussian process regression, fitted by minibatch natural gradients.
 
@@ -58,31 +60,16 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         matrix products only, no decomposition of a kernel matrix in a training step;
         ``diagnostics_`` records ||(K + Sigma) T - I||_F per epoch (see
         docs/bases/inverse_free.md).
-    n_inducing : int, default=256
-        Number of inducing inputs (clipped to the number of distinct training rows,
-        with a warning when it exceeds the number of samples).
-    n_orthogonal : int, default=0
-        Size of the extra orthogonal set of the ``"orth_decoupled"`` and ``"solve"``
-        bases; must be 0 for the others.
-    kl_columns : "auto", int or None, default="auto"
-        The ``"orth_decoupled"`` basis's KL term of its ``n_orthogonal`` mean-only points:
-        None computes it exactly (O(n_orthogonal^2) kernel entries a step), an int c
-        estimates it without bias from c sampled columns (Salimbeni et al. 2018), "auto"
-        is exact up to 256 points and samples max(64, n_orthogonal / 16) columns above
-        (measured in docs/bases/orth_decoupled.md). The columns are drawn from
-        ``random_state``. Other bases ignore it.
+    %(n_inducing)s
+    %(n_orthogonal)s
+    %(kl_columns)s
     batch_size : "auto", int or None, default="auto"
         Rows per training step. "auto": one batch of all rows up to 4,096 of them, batches
         of 1,024 above. None (or a value at least the number of samples) means full batch: then the coupled and orthogonally decoupled bases maximise the
         collapsed bound (q(u) optimal for every hyperparameter) with ``optimizer``, as
         GaussianProcessRegressor maximises its log marginal likelihood.
-    max_iter : int, default=100
-        Maximum number of epochs (passes over the data).
-    tol : float, default=1e-3
-        Minibatch fits stop when the mean ELBO per row of the last ``n_iter_no_change``
-        periods of 50 steps (one epoch if shorter) is above that of the periods before
-        them by less than ``tol`` nats per epoch, an epoch counting at most 100 steps
-        (see the user guide, "How the fit moves").
+    %(max_iter)s
+    %(tol)s
     n_iter_no_change : int, default=3
         Periods in each of the two windows the stopping rule compares.
     natural_step_size : float in (0, 1], default=0.1
@@ -92,15 +79,9 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         so every step lands on the optimal q(u) for the current hyperparameters.
     learning_rate : float, default=0.02
         Adam step size for the log-hyperparameters, the log noise and the inducing inputs.
-    variational_optimizer : {"natural", "adam"}, default="natural"
-        How q(u) is moved: by natural-gradient steps (see ``natural_step_size``), or by
-        Adam at ``learning_rate`` together with the other parameters, as the papers' own
-        training code does (slower to converge; offered for comparison).
-    learn_inducing : bool, default=True
-        Whether Adam moves the inducing inputs.
-    inducing_init : {"kmeans", "greedy_variance", "random"} or array of shape (n_inducing + n_orthogonal, n_features), default="kmeans"
-        Initial inducing inputs: k-means centres, greedy maximum-variance rows (a partial
-        pivoted Cholesky under the initial kernel), random distinct rows, or given points.
+    %(variational_optimizer)s
+    %(learn_inducing)s
+    %(inducing_init)s
     noise_variance : float, default=0.1
         Initial observation-noise variance (on the normalised scale when ``normalize_y``).
     noise_variance_bounds : pair of floats >= 0 or "fixed", default=(1e-6, 1e3)
@@ -128,66 +109,37 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         GaussianProcessRegressor, on by default: the default kernel and noise assume unit
         scale). The kernel, noise and ELBO then refer to the normalised targets, as in
         GaussianProcessRegressor; predictions are returned on the original scale.
-    jitter : "auto" or float, default="auto"
-        Jitter added to the diagonal of K(Z, Z) before its Cholesky factorisation.
-        ``"auto"``: 1e-6 of its mean diagonal, and (regression) no more than 1e-6 of the
-        noise variance, so that it does not bias the bound. A float: the relative
-        jitter, ``jitter * mean(diag(K_zz))``. A factorisation that fails is retried with
-        ten times more (recorded in ``jitter_`` and reported by a ``JitterWarning``).
-    backend : {"numpy", "cupy"}, default="numpy"
-        Array library of the fit. ``"cupy"`` is announced and raises until it lands.
-    random_state : int, RandomState instance or None, default=None
-        Seeds the inducing initialisation and the minibatch order: the same value gives
-        the same model.
-    verbose : int, default=0
-        If positive, print one line per epoch (ELBO and elapsed time).
+    %(jitter)s
+    %(backend)s
+    %(random_state)s
+    %(verbose)s
     warm_start : bool, default=False
         Continue from the previous fit's inducing inputs, q(u), kernel and noise.
 
     Attributes
     ----------
-    kernel_ : kernel instance
-        Clone of ``kernel`` with the fitted hyperparameters.
-    inducing_points_ : ndarray of shape (n_inducing, n_features)
-        Fitted inducing inputs of the covariance (and, for the coupled basis, the mean).
-    orthogonal_points_ : ndarray of shape (n_orthogonal, n_features)
-        Fitted inducing inputs of the orthogonal set (bases with ``n_orthogonal``).
+    %(kernel_)s
+    %(inducing_points_)s
+    %(orthogonal_points_)s
     noise_variance_ : float
         Fitted observation-noise variance (normalised scale when ``normalize_y``); Gaussian
         likelihood only.
     likelihood_params_ : dict
         Fitted likelihood hyperparameters: ``noise_variance`` (Gaussian), ``df`` and
         ``scale`` (Student-t), none (Poisson).
-    n_iter_ : int
-        Number of epochs run (one more per ``partial_fit`` call); for a full-batch
-        Gaussian fit, L-BFGS-B iterations.
-    n_steps_ : int
-        Number of minibatch steps run (including earlier fits continued by ``warm_start``
-        or ``partial_fit``).
-    n_rows_seen_ : int
-        Rows of the last ``fit``, plus those of the ``partial_fit`` calls since.
-    loss_curve_ : list of float
-        Mean minibatch ELBO estimate of each epoch (nats, full-data scale); for a
-        full-batch Gaussian fit, the bound reached by each optimiser run.
-    converged_ : bool
-        Whether the stopping rule (``tol``) ended a minibatch fit before ``max_iter``,
-        or (full-batch Gaussian fits) whether L-BFGS-B reported convergence.
-    log_marginal_likelihood_value_ : float
-        The bound (ELBO) of the fitted model on all its training rows, in nats (on the
-        normalised targets when ``normalize_y``); NaN after an interrupted fit or a
-        ``partial_fit`` pass.
-    jitter_ : float
-        Relative jitter that the Cholesky of K(Z, Z) needed (``jitter`` unless retries raised it).
+    %(n_iter_)s
+    %(n_steps_)s
+    %(n_rows_seen_)s
+    %(loss_curve_)s
+    %(converged_)s
+    %(log_marginal_likelihood_value_)s
+    %(jitter_)s
     n_natural_backoffs_ : int
         Natural steps that were halved because their precision was not positive definite.
-    diagnostics_ : list of dict
-        Per-epoch diagnostics of bases that offer them (``"inverse_free"``:
-        ``t_residual`` = ||(K + Sigma) T - I||_F).
-    variational_state_ : object
-        The basis's fitted parameters (plain numpy arrays).
-    n_features_in_ : int
-    feature_names_in_ : ndarray of str
-        Only when X has string feature names.
+    %(diagnostics_)s
+    %(variational_state_)s
+    %(n_features_in_)s
+    %(feature_names_in_)s
 
     Examples
     --------

@@ -1,0 +1,91 @@
+"""The parameter and attribute paragraphs that both estimators' docstrings share.
+
+Each estimator's docstring names them with ``%(name)s`` markers; :func:`fill_docstring`
+puts the text in, so that a shared setting is described once.
+"""
+
+#: name -> numpydoc paragraph (its first line without the section's indentation).
+SHARED_DOCS = {
+    "n_inducing": """n_inducing : int, default=256
+        Number of inducing inputs (clipped to the number of distinct training rows,
+        with a warning when it exceeds the number of samples).""",
+    "n_orthogonal": """n_orthogonal : int, default=0
+        Size of the extra orthogonal set of the ``"orth_decoupled"`` and ``"solve"``
+        bases; must be 0 for the others.""",
+    "kl_columns": """kl_columns : "auto", int or None, default="auto"
+        The ``"orth_decoupled"`` basis's KL term of its ``n_orthogonal`` mean-only points:
+        None computes it exactly (O(n_orthogonal^2) kernel entries a step), an int c
+        estimates it without bias from c sampled columns (Salimbeni et al. 2018), "auto"
+        is exact up to 256 points and samples max(64, n_orthogonal / 16) columns above
+        (measured in docs/bases/orth_decoupled.md). The columns are drawn from
+        ``random_state``. Other bases ignore it.""",
+    "max_iter": """max_iter : int, default=100
+        Maximum number of epochs (passes over the data).""",
+    "tol": """tol : float, default=1e-3
+        Minibatch fits stop when the mean ELBO per row of the last ``n_iter_no_change``
+        periods of 50 steps (one epoch if shorter) is above that of the periods before
+        them by less than ``tol`` nats per epoch, an epoch counting at most 100 steps
+        (see the user guide, "How the fit moves").""",
+    "variational_optimizer": """variational_optimizer : {"natural", "adam"}, default="natural"
+        How q(u) is moved: by natural-gradient steps (see ``natural_step_size``), or by
+        Adam at ``learning_rate`` together with the other parameters, as the papers' own
+        training code does (slower to converge; offered for comparison).""",
+    "learn_inducing": """learn_inducing : bool, default=True
+        Whether Adam moves the inducing inputs.""",
+    "inducing_init": """inducing_init : {"kmeans", "greedy_variance", "random"} or array of shape (n_inducing + n_orthogonal, n_features), default="kmeans"
+        Initial inducing inputs: k-means centres, greedy maximum-variance rows (a partial
+        pivoted Cholesky under the initial kernel), random distinct rows, or given points.""",
+    "jitter": """jitter : "auto" or float, default="auto"
+        Jitter added to the diagonal of K(Z, Z) before its Cholesky factorisation.
+        ``"auto"``: 1e-6 of its mean diagonal, and (regression) no more than 1e-6 of the
+        noise variance, so that it does not bias the bound. A float: the relative
+        jitter, ``jitter * mean(diag(K_zz))``. A factorisation that fails is retried with
+        ten times more (recorded in ``jitter_`` and reported by a ``JitterWarning``).""",
+    "backend": """backend : {"numpy", "cupy"}, default="numpy"
+        Array library of the fit. ``"cupy"`` is announced and raises until it lands.""",
+    "random_state": """random_state : int, RandomState instance or None, default=None
+        Seeds the inducing initialisation and the minibatch order: the same value gives
+        the same model.""",
+    "verbose": """verbose : int, default=0
+        If positive, print one line per epoch (ELBO and elapsed time).""",
+    "kernel_": """kernel_ : kernel instance
+        Clone of ``kernel`` with the fitted hyperparameters.""",
+    "inducing_points_": """inducing_points_ : ndarray of shape (n_inducing, n_features)
+        Fitted inducing inputs of the covariance (and, for the coupled basis, the mean).""",
+    "orthogonal_points_": """orthogonal_points_ : ndarray of shape (n_orthogonal, n_features)
+        Fitted inducing inputs of the orthogonal set (bases with ``n_orthogonal``).""",
+    "n_iter_": """n_iter_ : int
+        Number of epochs run (one more per ``partial_fit`` call); for a full-batch
+        Gaussian fit, L-BFGS-B iterations.""",
+    "n_steps_": """n_steps_ : int
+        Number of minibatch steps run (including earlier fits continued by ``warm_start``
+        or ``partial_fit``).""",
+    "n_rows_seen_": """n_rows_seen_ : int
+        Rows of the last ``fit``, plus those of the ``partial_fit`` calls since.""",
+    "loss_curve_": """loss_curve_ : list of float
+        Mean minibatch ELBO estimate of each epoch (nats, full-data scale); for a
+        full-batch Gaussian fit, the bound reached by each optimiser run.""",
+    "converged_": """converged_ : bool
+        Whether the stopping rule (``tol``) ended a minibatch fit before ``max_iter``,
+        or (full-batch Gaussian fits) whether L-BFGS-B reported convergence.""",
+    "log_marginal_likelihood_value_": """log_marginal_likelihood_value_ : float
+        The bound (ELBO) of the fitted model on all its training rows, in nats (on the
+        normalised targets when ``normalize_y``); NaN after an interrupted fit or a
+        ``partial_fit`` pass.""",
+    "jitter_": """jitter_ : float
+        Relative jitter that the Cholesky of K(Z, Z) needed (``jitter`` unless retries raised it).""",
+    "diagnostics_": """diagnostics_ : list of dict
+        Per-epoch diagnostics of bases that offer them (``"inverse_free"``:
+        ``t_residual`` = ||(K + Sigma) T - I||_F).""",
+    "variational_state_": """variational_state_ : object
+        The basis's fitted parameters (plain numpy arrays).""",
+    "n_features_in_": """n_features_in_ : int""",
+    "feature_names_in_": """feature_names_in_ : ndarray of str
+        Only when X has string feature names.""",
+}
+
+
+def fill_docstring(cls):
+    """Class decorator: the ``%(name)s`` markers of ``cls.__doc__`` replaced by :data:`SHARED_DOCS`."""
+    cls.__doc__ = cls.__doc__ % SHARED_DOCS
+    return cls
