@@ -6,6 +6,13 @@ costs more than the arithmetic (both pools spin while the other works), so every
 product, Cholesky and triangular solve of a step goes through scipy's bindings here,
 the same BLAS that numba's ``np.dot`` uses. Matrices may be C- or F-ordered; results
 are C-ordered.
+
+Arrays of other libraries (CuPy, PyTorch, any Array API namespace): every function
+also accepts them, and answers in their namespace, on their device. A numpy array takes
+the BLAS path above after a single ``isinstance`` check; anything else is routed to
+:mod:`skgp_sparse.backend` (Cholesky and triangular solves, one branch per library) or
+to the Array API versions at the end of this module (products, written once with
+``matmul``). All arguments of one call must belong to the same library.
 """
 
 import warnings
@@ -84,6 +91,8 @@ def mm(a, b, trans_a=False, trans_b=False):
     -------
     ndarray, C-ordered.
     """
+    if not isinstance(a, np.ndarray) and _backend.is_foreign(a):
+        return _xp_mm(a, b, trans_a, trans_b)
     squeeze = []
     if a.ndim == 1:
         a = a[None, :]
@@ -113,6 +122,8 @@ def mm(a, b, trans_a=False, trans_b=False):
 
 def gram(a, trans=False):
     """Symmetric product ``a @ a.T`` (or ``a.T @ a`` with ``trans``) by one SYRK, half a GEMM."""
+    if not isinstance(a, np.ndarray) and _backend.is_foreign(a):
+        return _xp_gram(a, trans)
     dtype = np.result_type(a.dtype, np.float32)
     a = a.astype(dtype, copy=False)
     syrk = blas.ssyrk if dtype == np.float32 else blas.dsyrk
@@ -137,6 +148,8 @@ def sym_mm(sym, b):
     -------
     ndarray of shape (m, n), C-ordered.
     """
+    if not isinstance(sym, np.ndarray) and _backend.is_foreign(sym):
+        return _backend.namespace(sym, b).matmul(sym, b)
     dtype = np.result_type(sym.dtype, b.dtype, np.float32)
     symm = blas.ssymm if dtype == np.float32 else blas.dsymm
     # (sym b)^T = b^T sym: a right-side SYMM on the F view of a C-ordered b. A symmetric
@@ -166,6 +179,8 @@ def cholesky(a):
     CholeskyError
         If the matrix is not numerically positive definite.
     """
+    if not isinstance(a, np.ndarray) and _backend.is_foreign(a):
+        return _backend.cholesky(a)
     if not np.all(np.isfinite(a)):
         raise CholeskyError("matrix to factorise contains NaN or inf")
     low, info = _potrf(a)
@@ -200,6 +215,8 @@ def jittered_cholesky(a, jitter=DEFAULT_JITTER, max_tries=MAX_JITTER_TRIES, what
     CholeskyError
         If every attempt failed; the message gives the largest jitter tried.
     """
+    if not isinstance(a, np.ndarray) and _backend.is_foreign(a):
+        return _backend.jittered_cholesky(a, None, jitter, max_tries, what, _stacklevel=3)
     if not np.all(np.isfinite(a)):
         raise CholeskyError(f"{what} contains NaN or inf; check the inputs and the kernel hyperparameters")
     scale = float(np.mean(np.diag(a)))
@@ -249,6 +266,8 @@ def solve_triangular(low, b, trans=False):
     -------
     ndarray of the shape of ``b``, C-ordered.
     """
+    if not isinstance(low, np.ndarray) and _backend.is_foreign(low):
+        return _backend.solve_triangular(low, b, trans=trans)
     vector = b.ndim == 1
     x = _triangular_right_side(_trsm_for, low, b[:, None] if vector else b, trans)
     return x[:, 0] if vector else x
@@ -291,6 +310,8 @@ def tri_mm(low, b, trans=False, right=False):
     right : bool
         Multiply ``b`` on the right: ``b @ op(low)``.
     """
+    if not isinstance(low, np.ndarray) and _backend.is_foreign(low):
+        return _backend.tri_mm(low, b, trans=trans, right=right)
     return _triangular_right_side(_trmm_for, low, b, trans, right)
 
 
@@ -301,6 +322,8 @@ def cho_solve(low, b):
 
 def tri_inverse(low):
     """Inverse of a lower triangular matrix (lower triangular, C-ordered)."""
+    if not isinstance(low, np.ndarray) and _backend.is_foreign(low):
+        return _xp_tri_inverse(low)
     fn = lapack.strtri if low.dtype == np.float32 else lapack.dtrtri
     if low.flags.c_contiguous:
         # The F view of a C-ordered lower factor is its (upper) transpose: invert that
@@ -325,6 +348,8 @@ def inverse_cholesky_factor(precision):
     CholeskyError
         If ``precision`` is not positive definite.
     """
+    if not isinstance(precision, np.ndarray) and _backend.is_foreign(precision):
+        return _xp_inverse_cholesky_factor(precision)
     flipped = np.ascontiguousarray(precision[::-1, ::-1])
     c = cholesky(flipped)
     return np.ascontiguousarray(tri_inverse(c).T[::-1, ::-1])
@@ -348,6 +373,8 @@ def cholesky_backward(low, low_bar=None, lt_low_bar=None, inv_low=None):
     pass it as ``lt_low_bar``; callers that hold ``inv_low = L^-1`` pass it to trade the
     two triangular solves for two triangular products.
     """
+    if not isinstance(low, np.ndarray) and _backend.is_foreign(low):
+        return _xp_cholesky_backward(low, low_bar, lt_low_bar, inv_low)
     if lt_low_bar is None:
         lt_low_bar = tri_mm(low, np.tril(low_bar), trans=True)
     if inv_low is not None:
@@ -379,6 +406,77 @@ def jittered_cholesky_backward(low, lt_low_bar, jitter, inv_low=None):
     The added jitter moves with the mean diagonal, which puts ``jitter * trace(K_bar) / n``
     back on the diagonal of the plain Cholesky adjoint.
     """
+    if not isinstance(low, np.ndarray) and _backend.is_foreign(low):
+        return _xp_jittered_cholesky_backward(low, lt_low_bar, jitter, inv_low)
     k_bar = cholesky_backward(low, lt_low_bar=lt_low_bar, inv_low=inv_low)
     k_bar.flat[:: k_bar.shape[0] + 1] += jitter * np.trace(k_bar) / k_bar.shape[0]
     return k_bar
+
+
+# --------------------------------------------------------------------------------------
+# The same operations for arrays of other libraries (see the module docstring). Written
+# once in Array API operations; what the standard lacks comes from the backend module.
+# --------------------------------------------------------------------------------------
+def _xp_mm(a, b, trans_a, trans_b):
+    xp = _backend.namespace(a, b)
+    squeeze = []
+    if a.ndim == 1:
+        a, trans_a = xp.reshape(a, (1, -1)), False
+        squeeze.append(0)
+    if b.ndim == 1:
+        b, trans_b = xp.reshape(b, (-1, 1)), False
+        squeeze.append(1)
+    dtype = _backend.working_float(xp, a, b)
+    a = xp.astype(a, dtype, copy=False)
+    b = xp.astype(b, dtype, copy=False)
+    c = (xp.matrix_transpose(a) if trans_a else a) @ (xp.matrix_transpose(b) if trans_b else b)
+    if squeeze:
+        c = xp.reshape(c, tuple(s for i, s in enumerate(c.shape) if i not in squeeze))
+    return c
+
+
+def _xp_gram(a, trans):
+    xp = _backend.namespace(a)
+    a = xp.astype(a, _backend.working_float(xp, a), copy=False)
+    g = xp.matrix_transpose(a) @ a if trans else a @ xp.matrix_transpose(a)
+    # Exactly symmetric, as SYRK's mirrored triangle is: keep the lower triangle only.
+    return xp.tril(g) + xp.matrix_transpose(xp.tril(g, k=-1))
+
+
+def _xp_tri_inverse(low):
+    xp = _backend.namespace(low)
+    if bool(xp.any(_backend.diagonal(low, xp) == 0)):
+        raise CholeskyError("triangular factor is singular")
+    return xp.tril(_backend.solve_triangular(low, _backend.eye(low.shape[0], low), xp))
+
+
+def _xp_inverse_cholesky_factor(precision):
+    xp = _backend.namespace(precision)
+    c = _backend.cholesky(xp.flip(precision, axis=(0, 1)), xp)
+    return xp.flip(xp.matrix_transpose(_xp_tri_inverse(c)), axis=(0, 1))
+
+
+def _xp_cholesky_backward(low, low_bar, lt_low_bar, inv_low):
+    xp = _backend.namespace(low)
+    t = xp.matrix_transpose
+    if lt_low_bar is None:
+        lt_low_bar = _backend.tri_mm(low, xp.tril(low_bar), xp, trans=True)
+    if inv_low is not None:
+        mirrored = xp.tril(lt_low_bar) + t(xp.tril(lt_low_bar, k=-1))
+        inner = _backend.tri_mm(inv_low, mirrored, xp, trans=True)
+        return 0.5 * _backend.tri_mm(inv_low, inner, xp, right=True)
+    # Phi: the lower triangle with a halved diagonal.
+    lower = xp.tril(lt_low_bar)
+    phi = 0.5 * (lower + xp.tril(lt_low_bar, k=-1))
+    x = _backend.solve_triangular(low, phi, xp, trans=True)
+    x = _backend.solve_triangular(low, x, xp, right=True)
+    return 0.5 * (x + t(x))
+
+
+def _xp_jittered_cholesky_backward(low, lt_low_bar, jitter, inv_low):
+    k_bar = _xp_cholesky_backward(low, None, lt_low_bar, inv_low)
+    return _backend.add_to_diagonal(k_bar, jitter * _backend.trace(k_bar) / k_bar.shape[0])
+
+
+# Imported last: the backend module imports the exceptions and routines defined above.
+from . import backend as _backend  # noqa: E402

@@ -24,9 +24,19 @@ zero. In diag mode it returns None (only theta gradients are part of the contrac
 Ownership: a dense ``out`` belongs to the caller, who may modify it in place; a node
 never keeps a reference to an array it returned. An adjoint handed to ``back`` is
 read-only, since a Sum hands the same array to both children.
+
+Array libraries: ``A`` and ``B`` are numpy arrays (the BLAS/numba code) or arrays of one
+other Array API library (CuPy, PyTorch, ``array_api_strict``; every node then takes its
+Array API path). In the second case a dense ``out`` and every adjoint are arrays of that
+library on the inputs' device, a reduced adjoint is a 0-d array of it (not a Python
+float, which would synchronise with the device), and ``theta_bar`` is a 1-D array of it
+(float64 where the device has it). Scalar and :class:`Diagonal` outputs stay Python
+floats in both cases: they are hyperparameter values.
 """
 
 import numpy as np
+
+from .. import backend
 
 __all__ = ["Diagonal", "Leaf", "densify", "reduce_bar", "kind_of"]
 
@@ -49,16 +59,28 @@ SCALAR, DIAGONAL, DENSE = "scalar", "diagonal", "dense"
 def kind_of(out):
     if isinstance(out, Diagonal):
         return DIAGONAL
-    if isinstance(out, np.ndarray) and out.ndim > 0:
+    # An array of any library with at least one dimension; floats (and numpy scalars,
+    # ndim 0) are scalars.
+    if getattr(out, "ndim", 0) > 0:
         return DENSE
     return SCALAR
 
 
-def densify(out, shape, dtype):
-    """Expand an ``out`` of any kind into a fresh (or owned) dense array."""
+def densify(out, shape, dtype, like=None):
+    """Expand an ``out`` of any kind into a fresh (or owned) dense array.
+
+    ``like`` (an input array) gives the namespace and device of the expansion when it is
+    not a numpy array; ``dtype`` is then a dtype of that namespace.
+    """
     kind = kind_of(out)
     if kind == DENSE:
         return out
+    if like is not None and not isinstance(like, np.ndarray):
+        xp = backend.namespace(like)
+        device = backend.device_of(like)
+        if kind == SCALAR:
+            return xp.full(shape, out, dtype=dtype, device=device)
+        return out.value * xp.eye(shape[0], shape[1], dtype=dtype, device=device)
     if kind == SCALAR:
         return np.full(shape, out, dtype=dtype)
     dense = np.zeros(shape, dtype=dtype)
@@ -67,9 +89,13 @@ def densify(out, shape, dtype):
 
 
 def reduce_bar(bar, kind):
-    """Adjoint of a dense expansion, reduced to what ``back`` of that kind expects."""
+    """Adjoint of a dense expansion, reduced to what ``back`` of that kind expects
+    (a Python float for numpy, a 0-d array of the adjoint's library otherwise)."""
     if kind == DENSE:
         return bar
+    if not isinstance(bar, np.ndarray) and backend.is_foreign(bar):
+        xp = backend.namespace(bar)
+        return xp.sum(bar) if kind == SCALAR else backend.trace(bar, xp)
     if kind == SCALAR:
         return float(np.sum(bar))
     return float(np.trace(bar))

@@ -4,10 +4,15 @@ The children's outputs come in three kinds (scalar, :class:`~._base.Diagonal`, d
 see :mod:`._base`). The combinators keep the cheap kinds cheap -- a ConstantKernel
 factor is one multiplication of the other factor, a WhiteKernel summand touches only
 the diagonal -- and expand to dense only when the result has to be dense anyway.
+
+With arrays of another library than numpy (see :mod:`._base`), the same algebra runs
+without in-place updates (``a = a + b`` where numpy does ``a += b``) and without the numba
+helper; reduced adjoints are then 0-d arrays of that library.
 """
 
 import numpy as np
 
+from .. import backend
 from ._base import DENSE, DIAGONAL, SCALAR, Diagonal, densify, kind_of, reduce_bar
 from ._profiles import scale_and_dot
 
@@ -27,18 +32,26 @@ def _add_grads(g1, g2):
         return g2
     if g2 is None:
         return g1
+    if not isinstance(g1, np.ndarray):
+        return g1 + g2
     g1 += g2  # both are fresh arrays produced by the children's backward passes
     return g1
 
 
 def _add_into(out, other, kind):
-    """``out += other`` in place, for an ``other`` of any kind."""
+    """``out + other`` for an ``other`` of any kind: in place into ``out`` for numpy,
+    a new array otherwise. Returns the sum."""
+    if not isinstance(out, np.ndarray):
+        if kind == DIAGONAL:
+            return backend.add_to_diagonal(out, other.value)
+        return out + other
     if kind == DENSE:
         out += other
     elif kind == SCALAR:
         out += other
     else:
         out.flat[:: out.shape[0] + 1] += other.value
+    return out
 
 
 class SumNode:
@@ -56,14 +69,11 @@ class SumNode:
         elif t1 == t2 == DIAGONAL:
             out = Diagonal(o1.value + o2.value)
         elif t1 == DENSE:
-            out = o1  # owned: the child keeps no reference to it
-            _add_into(out, o2, t2)
+            out = _add_into(o1, o2, t2)  # o1 is owned: the child keeps no reference to it
         elif t2 == DENSE:
-            out = o2
-            _add_into(out, o1, t1)
+            out = _add_into(o2, o1, t1)
         else:  # a scalar and a diagonal
-            out = densify(o1, _shape(A, B, mode), A.dtype)
-            _add_into(out, o2, t2)
+            out = _add_into(densify(o1, _shape(A, B, mode), A.dtype, like=A), o2, t2)
         if not grad:
             return out, None
         dense = kind_of(out) == DENSE
@@ -102,7 +112,10 @@ class ProductNode:
                 c, bc, D, bd = o1, b1, o2, b2
             else:
                 c, bc, D, bd = o2, b2, o1, b1
+            numpy = isinstance(D, np.ndarray)
             if not grad:
+                if not numpy:
+                    return D * c, None
                 D *= c
                 return D, None
             out = D * c
@@ -110,6 +123,10 @@ class ProductNode:
             def back_scaled(bar, theta_bar):
                 # d/dc sum(bar * c D) = sum(bar * D); the dense child sees c * bar. Both
                 # in one pass over the matrices.
+                if not numpy:
+                    xp = backend.namespace(bar)
+                    g = bc(xp.sum(bar * D), theta_bar)
+                    return _add_grads(bd(bar * c, theta_bar), g)
                 if bar.ndim == 2:
                     child_bar = np.empty(bar.shape, dtype=D.dtype)
                     bar_dot_d = scale_and_dot(np.ascontiguousarray(bar), D, c, child_bar)
@@ -122,9 +139,11 @@ class ProductNode:
             return out, back_scaled
 
         shape = _shape(A, B, mode)
-        D1 = densify(o1, shape, A.dtype)
-        D2 = densify(o2, shape, A.dtype)
+        D1 = densify(o1, shape, A.dtype, like=A)
+        D2 = densify(o2, shape, A.dtype, like=A)
         if not grad:
+            if not isinstance(D1, np.ndarray):
+                return D1 * D2, None
             D1 *= D2
             return D1, None
         out = D1 * D2
@@ -163,7 +182,7 @@ class ExponentiationNode:
                 return out, None
             return out, (lambda bar, theta_bar: b(bar * p * o ** (p - 1.0), theta_bar))
         # A diagonal is expanded: 0 ** p off the diagonal is 0, 1 or inf depending on p.
-        D = densify(o, _shape(A, B, mode), A.dtype)
+        D = densify(o, _shape(A, B, mode), A.dtype, like=A)
         out = D**p
         if not grad:
             return out, None

@@ -11,6 +11,7 @@ import numpy as np
 from sklearn.base import clone
 from sklearn.gaussian_process import kernels as skk
 
+from .. import backend
 from ._base import DENSE, densify, kind_of, reduce_bar
 from ._combinators import ExponentiationNode, ProductNode, SumNode
 from ._generic import GenericNode
@@ -147,6 +148,13 @@ class CompiledKernel:
     float32 inputs give float32 matrices, anything else float64 (generic nodes compute
     in float64 and cast). Hyperparameters live in log space, in sklearn's ``theta``
     order.
+
+    Inputs may also be arrays of another Array API library (CuPy, PyTorch on CPU or
+    CUDA, ``array_api_strict``; ``A`` and ``B`` of the same one). Every output then is
+    an array of that library on the inputs' device: ``K``, the diagonal, ``A_bar``, and
+    ``theta_bar`` too (float64 where the device has it), so that a training step
+    synchronises with the host only when it reads them. The compiled kernels stay on
+    the device; a generic node is a host round trip (see :mod:`._generic`).
 
     Attributes
     ----------
@@ -312,6 +320,11 @@ class CompiledKernel:
         -------
         K : ndarray of shape (M, N), or (M, M) without ``B``
         """
+        if backend.is_foreign(A) or backend.is_foreign(B):
+            A, B = self._inputs_xp(A, B)
+            mode = "gram" if B is None else "cross"
+            out, _ = self._root.evaluate(A, B, mode, False)
+            return densify(out, (A.shape[0], A.shape[0] if B is None else B.shape[0]), A.dtype, like=A)
         A, B = self._inputs(A, B)
         mode = "gram" if B is None else "cross"
         out, _ = self._root.evaluate(A, B, mode, False)
@@ -319,6 +332,10 @@ class CompiledKernel:
 
     def diag(self, A):
         """Diagonal of ``K(A, A)`` (sklearn's ``k.diag(A)``), shape ``(M,)``."""
+        if backend.is_foreign(A):
+            A, _ = self._inputs_xp(A, None)
+            out, _ = self._root.evaluate(A, None, "diag", False)
+            return densify(out, (A.shape[0],), A.dtype, like=A)
         A, _ = self._inputs(A, None)
         out, _ = self._root.evaluate(A, None, "diag", False)
         return densify(out, (A.shape[0],), A.dtype)
@@ -343,6 +360,8 @@ class CompiledKernel:
             symmetric. ``back`` may be called more than once. Without
             :attr:`has_input_gradient`, ``A_bar`` is zeros of the shape and dtype of ``A``.
         """
+        if backend.is_foreign(A) or backend.is_foreign(B):
+            return self._vjp_xp(A, B)
         A, B = self._inputs(A, B)
         mode = "gram" if B is None else "cross"
         shape = (A.shape[0], A.shape[0] if B is None else B.shape[0])
@@ -378,6 +397,8 @@ class CompiledKernel:
             ``back(d_bar) -> theta_bar``, the gradient of ``sum(d_bar * d)`` in the
             log-hyperparameters.
         """
+        if backend.is_foreign(A):
+            return self._diag_vjp_xp(A)
         A, _ = self._inputs(A, None)
         out, back_root = self._root.evaluate(A, None, "diag", True)
         kind = kind_of(out)
@@ -389,6 +410,82 @@ class CompiledKernel:
             if d_bar.shape != (n,):
                 raise ValueError(f"d_bar has shape {d_bar.shape}, expected {(n,)}")
             theta_bar = np.zeros(self._theta.size)
+            back_root(reduce_bar(d_bar, kind), theta_bar)
+            return theta_bar
+
+        return d, back
+
+    # ---------------------------------------------------------------- other array libraries
+    @staticmethod
+    def _inputs_xp(A, B):
+        """:meth:`_inputs` for arrays of another library: same checks, same dtype rule
+        (float32 stays float32, anything else becomes the device's widest float), no
+        copy and no transfer."""
+        xp = backend.namespace(A, B)
+        if A.ndim != 2:
+            raise ValueError(f"expected a 2-D array (n_samples, n_features), got shape {tuple(A.shape)}")
+        if B is not None:
+            if B.ndim != 2:
+                raise ValueError(f"expected a 2-D array (n_samples, n_features), got shape {tuple(B.shape)}")
+            if B.shape[1] != A.shape[1]:
+                raise ValueError(f"A has {A.shape[1]} features but B has {B.shape[1]}")
+        float32 = A.dtype == xp.float32 and (B is None or B.dtype == xp.float32)
+        dtype = xp.float32 if float32 else backend.widest_float(xp, backend.device_of(A))
+        A = xp.astype(A, dtype, copy=False)
+        B = None if B is None else xp.astype(B, dtype, copy=False)
+        return A, B
+
+    def _theta_bar_xp(self, xp, A):
+        device = backend.device_of(A)
+        return xp.zeros(self._theta.size, dtype=backend.widest_float(xp, device), device=device)
+
+    @staticmethod
+    def _adjoint_xp(bar, xp, shape, name):
+        """An adjoint handed to ``back``: of the inputs' namespace (no implicit transfer)."""
+        if not backend.is_foreign(bar) or backend.namespace(bar) is not xp:
+            raise TypeError(
+                f"{name} must be an array of the inputs' library ({xp.__name__}), "
+                f"got {type(bar).__name__}"
+            )
+        if tuple(bar.shape) != shape:
+            raise ValueError(f"{name} has shape {tuple(bar.shape)}, expected {shape}")
+        return bar
+
+    def _vjp_xp(self, A, B):
+        """:meth:`vjp` for arrays of another library; every output stays in it."""
+        A, B = self._inputs_xp(A, B)
+        xp = backend.namespace(A)
+        mode = "gram" if B is None else "cross"
+        shape = (A.shape[0], A.shape[0] if B is None else B.shape[0])
+        out, back_root = self._root.evaluate(A, B, mode, True)
+        kind = kind_of(out)
+        K = densify(out, shape, A.dtype, like=A)
+        input_gradient = self.has_input_gradient
+
+        def back(K_bar):
+            K_bar = self._adjoint_xp(K_bar, xp, shape, "K_bar")
+            if kind == DENSE and K_bar.dtype != A.dtype:
+                K_bar = xp.astype(K_bar, A.dtype)
+            theta_bar = self._theta_bar_xp(xp, A)
+            A_bar = back_root(reduce_bar(K_bar, kind), theta_bar)
+            if A_bar is None or not input_gradient:
+                A_bar = xp.zeros_like(A)
+            return theta_bar, A_bar
+
+        return K, back
+
+    def _diag_vjp_xp(self, A):
+        """:meth:`diag_vjp` for arrays of another library; every output stays in it."""
+        A, _ = self._inputs_xp(A, None)
+        xp = backend.namespace(A)
+        out, back_root = self._root.evaluate(A, None, "diag", True)
+        kind = kind_of(out)
+        n = A.shape[0]
+        d = densify(out, (n,), A.dtype, like=A)
+
+        def back(d_bar):
+            d_bar = self._adjoint_xp(d_bar, xp, (n,), "d_bar")
+            theta_bar = self._theta_bar_xp(xp, A)
             back_root(reduce_bar(d_bar, kind), theta_bar)
             return theta_bar
 

@@ -23,10 +23,17 @@ False for a tree with a generic node.
 
 Everything is computed in float64 and the results cast to the dtype of the inputs, as
 the compiled nodes do.
+
+Arrays of another library than numpy (CuPy, PyTorch, ``array_api_strict``): scikit-learn
+kernels compute with numpy, so this node is a **host round trip** -- the inputs are
+copied to host memory, sklearn evaluates them there, and the matrix (and in ``back``
+the theta gradient) is copied back to the inputs' namespace and device. The compiled
+nodes around it stay on the device.
 """
 
 import numpy as np
 
+from .. import backend
 from ._base import Leaf
 
 __all__ = ["GenericNode", "TILE_BYTES", "GRAM_CALL_BYTES", "DIAG_CHUNK"]
@@ -84,6 +91,33 @@ class GenericNode(Leaf):
 
     # -- evaluation ------------------------------------------------------------------------
     def evaluate(self, A, B, mode, grad):
+        if not isinstance(A, np.ndarray):
+            return self._evaluate_round_trip(A, B, mode, grad)
+        return self._evaluate_host(A, B, mode, grad)
+
+    def _evaluate_round_trip(self, A, B, mode, grad):
+        """:meth:`_evaluate_host` on host copies of arrays of another library; the
+        output, and the theta gradient of ``back``, go back to their namespace and device."""
+        xp = backend.namespace(A, B)
+        device = backend.device_of(A)
+        out, back_host = self._evaluate_host(
+            backend.to_numpy(A), None if B is None else backend.to_numpy(B), mode, grad
+        )
+        out = backend.to_namespace(out, xp, device=device, dtype=A.dtype)
+        if not grad:
+            return out, None
+        sl = self.slots["theta"]
+
+        def back(bar, theta_bar):
+            if self.n_theta:
+                host = np.zeros(sl.stop)
+                back_host(backend.to_numpy(bar), host)
+                theta_bar[sl] += backend.to_namespace(host[sl], xp, device=device, dtype=theta_bar.dtype)
+            return None
+
+        return out, back
+
+    def _evaluate_host(self, A, B, mode, grad):
         k = self.kernel  # the back closures differentiate this very kernel
         A64 = np.asarray(A, dtype=np.float64)
         if mode == "diag":

@@ -6,7 +6,9 @@ ConstantKernel and WhiteKernel never build a matrix: they return a scalar or a
 
 import numpy as np
 
+from .. import backend
 from ..linalg import mm
+from . import _array_api as X
 from ._base import Diagonal, Leaf
 from ._profiles import mirror_upper
 
@@ -60,6 +62,8 @@ class DotProductNode(Leaf):
 
     def evaluate(self, A, B, mode, grad):
         s2 = self.values["sigma_0"] ** 2
+        if not isinstance(A, np.ndarray):
+            return self._evaluate_xp(A, B, mode, grad, s2)
         if mode == "diag":
             d = np.einsum("ij,ij->i", A, A)
             d += s2
@@ -88,6 +92,38 @@ class DotProductNode(Leaf):
             A_bar = mm(K_bar, other)
             if gram:
                 A_bar += mm(K_bar, A, trans_a=True)
+            return A_bar
+
+        return K, back
+
+    def _evaluate_xp(self, A, B, mode, grad, s2):
+        """:meth:`evaluate` in Array API operations, for arrays of another library."""
+        xp = backend.namespace(A, B)
+        if mode == "diag":
+            d = xp.sum(A * A, axis=1) + s2
+            if not grad:
+                return d, None
+
+            def back_diag(d_bar, theta_bar):
+                self.accumulate(theta_bar, "sigma_0", 2.0 * s2 * xp.sum(d_bar))
+                return None
+
+            return d, back_diag
+
+        gram = mode == "gram"
+        other = A if gram else B
+        K = A @ xp.matrix_transpose(other)
+        if gram:
+            K = X.mirror_upper(K, xp)  # exactly symmetric, as in the numpy path
+        K = K + s2
+        if not grad:
+            return K, None
+
+        def back(K_bar, theta_bar):
+            self.accumulate(theta_bar, "sigma_0", 2.0 * s2 * xp.sum(K_bar))
+            A_bar = K_bar @ other
+            if gram:
+                A_bar = A_bar + xp.matrix_transpose(K_bar) @ A
             return A_bar
 
         return K, back

@@ -16,6 +16,9 @@ reduction over ``W`` -- no ``(M, N, D)`` tensor is ever formed:
 
 In gram mode ``A`` sits in both arguments and ``W^T`` joins ``W`` (see
 :meth:`Stationary._finish_gram`).
+
+Arrays of another library than numpy take the same steps in Array API operations
+(:meth:`Stationary._evaluate_xp`, with the elementwise part in :mod:`._array_api`).
 """
 
 import math
@@ -23,7 +26,9 @@ import math
 import numpy as np
 from scipy.special import gamma, kv
 
+from .. import backend
 from ..linalg import mm
+from . import _array_api as X
 from . import _profiles as P
 from ._base import Leaf
 
@@ -113,6 +118,8 @@ class Stationary(Leaf):
         if mode == "diag":
             # f(0) = 1 for every profile here, whatever the hyperparameters.
             return 1.0, (_no_grad if grad else None)
+        if not isinstance(A, np.ndarray):
+            return self._evaluate_xp(A, B, mode, grad)
         if mode == "gram":
             return self._gram(A, grad)
         return self._cross(A, B, grad)
@@ -187,6 +194,81 @@ class Stationary(Leaf):
         Wa *= -2.0 * inv_l
         return Wa
 
+    # -- any other Array API library -----------------------------------------------------
+    def _evaluate_xp(self, A, B, mode, grad):
+        """The steps of :meth:`_cross` / :meth:`_gram` in Array API operations: the
+        arrays (and every derivative) stay in ``A``'s namespace and on its device."""
+        xp = backend.namespace(A, B)
+        As, Bs, inv_l = self._scaled_xp(A, B, xp)
+        gram = mode == "gram"
+        r2 = X.sqdist_gram(As, xp) if gram else X.sqdist_cross(As, Bs, xp)
+        K, fp = self._profile_xp(r2, grad, xp)
+        if not grad:
+            return K, None
+        p0, p1 = self.p0, self.p1  # back differentiates the kernel that made K
+
+        def back(K_bar, theta_bar):
+            if K_bar.dtype != K.dtype:
+                K_bar = xp.astype(K_bar, K.dtype)
+            W, rs, cs = X.weigh(K_bar, fp, xp)
+            if self.profile_names:
+                q = X.param_sums(self.kind, K_bar, r2, fp, p0, p1, xp)
+                for k, name in enumerate(self.profile_names):
+                    self.accumulate(theta_bar, name, q[k])
+            if gram:
+                return self._finish_gram_xp(theta_bar, W, rs, cs, As, inv_l, xp)
+            return self._finish_cross_xp(theta_bar, W, rs, cs, As, Bs, inv_l, xp)
+
+        return K, back
+
+    def _scaled_xp(self, A, B, xp):
+        n_features = A.shape[1]
+        if self.ard and self.inv_l.size != n_features:
+            raise ValueError(
+                f"{self.name}: length_scale has {self.inv_l.size} entries but X has "
+                f"{n_features} features"
+            )
+        device = backend.device_of(A)
+        # The hyperparameters are host floats: a list of Python floats is the one form
+        # every library's asarray takes on any device.
+        inv_l = xp.asarray([float(v) for v in self.inv_l], dtype=A.dtype, device=device)
+        n = A.shape[0] + (0 if B is None else B.shape[0])
+        if n == 0:
+            centre = xp.zeros(n_features, dtype=A.dtype, device=device)
+        elif B is None:
+            centre = xp.mean(A, axis=0)
+        else:
+            centre = (xp.sum(A, axis=0) + xp.sum(B, axis=0)) / n
+        As = (A - centre) * inv_l
+        Bs = None if B is None else (B - centre) * inv_l
+        return As, Bs, inv_l
+
+    def _profile_xp(self, r2, grad, xp):
+        return X.forward(self.kind, r2, self.p0, self.p1, grad, xp)
+
+    def _accumulate_scale_xp(self, theta_bar, sq_sums, xp):
+        if self.scale_name is None or not self.free(self.scale_name):
+            return
+        g = -2.0 * sq_sums
+        self.accumulate(theta_bar, self.scale_name, g if self.ard else xp.sum(g))
+
+    def _finish_cross_xp(self, theta_bar, W, rs, cs, As, Bs, inv_l, xp):
+        Wb = W @ Bs
+        if self.scale_name is not None and self.free(self.scale_name):
+            sq = rs @ (As * As) + cs @ (Bs * Bs) - 2.0 * xp.sum(As * Wb, axis=0)
+            self._accumulate_scale_xp(theta_bar, sq, xp)
+        return (Wb - As * xp.reshape(rs, (-1, 1))) * (-2.0 * inv_l)
+
+    def _finish_gram_xp(self, theta_bar, W, rs, cs, As, inv_l, xp):
+        # As _finish_gram.
+        rc = rs + cs
+        Wa = W @ As
+        if self.scale_name is not None and self.free(self.scale_name):
+            sq = rc @ (As * As) - 2.0 * xp.sum(As * Wa, axis=0)
+            self._accumulate_scale_xp(theta_bar, sq, xp)
+        Wa = Wa + xp.matrix_transpose(W) @ As
+        return (Wa - As * xp.reshape(rc, (-1, 1))) * (-2.0 * inv_l)
+
 
 def _no_grad(bar, theta_bar):
     return None
@@ -205,11 +287,27 @@ class GenericMatern(Stationary):
     ``f'`` diverges (a kink, as for nu = 1/2) and the subgradient 0 is used.
     The elementwise work is numpy/scipy here (``kv`` has no numba version); the
     distances and all the derivative plumbing are the same as for the other profiles.
+
+    On arrays of another library, a half-integer ``nu`` (3.5, 4.5, ...) is evaluated on
+    the device in closed form (:class:`._array_api.HalfIntegerMatern`); any other ``nu``
+    needs ``kv``, which the Array API lacks, so its profile makes a host round trip
+    (``r2`` to numpy, ``f`` and ``f'`` back), while the distances and derivative
+    products stay on the device.
     """
 
     def __init__(self, sk_kernel, offset, nu):
         self.nu = float(nu)
+        half = self.nu - 0.5
+        self._closed_form = X.HalfIntegerMatern(self.nu) if half >= 1 and half == int(half) else None
         super().__init__(sk_kernel, offset, kind=-1)
+
+    def _profile_xp(self, r2, grad, xp):
+        if self._closed_form is not None:
+            return self._closed_form(r2, grad, xp)
+        device = backend.device_of(r2)
+        f, fp = self._profile(backend.to_numpy(r2), grad)
+        f = backend.to_namespace(f, xp, device=device, dtype=r2.dtype)
+        return f, (None if fp is None else backend.to_namespace(fp, xp, device=device, dtype=r2.dtype))
 
     def _profile(self, r2, grad):
         nu = self.nu
