@@ -148,6 +148,13 @@ class VariationalModel:
         """Whether Adam moves hyperparameters of the likelihood (Student-t's df and scale)."""
         return self.learn_hyperparameters and getattr(self.likelihood, "n_params", 0) > 0
 
+    def adam_rate_scales(self, step):
+        """Multipliers of Adam's learning rate per state field for training step ``step``
+        (counted from the model's first step), as the basis's ``adam_field_scales`` gives
+        them; None (all ones) for a basis without one."""
+        rule = getattr(self.basis, "adam_field_scales", None)
+        return None if rule is None else rule(self.state, step)
+
     def set_adam_params(self, params):
         if "theta" in params:
             self.kernel.set_theta(params["theta"])

@@ -18,7 +18,7 @@ REGRESSORS = [
     SparseGPRegressor(n_inducing=20, max_iter=50, random_state=0),
     SparseGPRegressor(basis="orth_decoupled", n_inducing=10, n_orthogonal=10, max_iter=30, random_state=0),
     SparseGPRegressor(basis="solve", n_inducing=10, n_orthogonal=10, max_iter=30, random_state=0),
-    SparseGPRegressor(basis="inverse_free", n_inducing=10, max_iter=30, random_state=0),
+    SparseGPRegressor(basis="inverse_free", n_inducing=10, max_iter=100, random_state=0),
     SparseGPRegressor(likelihood="student_t", n_inducing=20, max_iter=100, random_state=0),
     SparseGPRegressor(likelihood="poisson", n_inducing=20, max_iter=100, random_state=0),
 ]

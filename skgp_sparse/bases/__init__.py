@@ -23,6 +23,10 @@ those rows (the coupled basis): full-batch Gaussian fits then optimise the colla
 ``CONJUGATE_NATURAL_STEP`` (default False) says that it lands on each Gaussian block's
 optimum given the others: a pass of such steps settles q after a minibatch fit.
 
+A basis may also offer ``adam_field_scales(state, step)`` -> ``{field: multiplier}``: the
+training loop then scales Adam's learning rate of those fields at that step (0 holds a field
+still; inverse_free moves its inducing inputs at a tenth of the rate).
+
 A basis may overwrite the matrices that ``kernel.vjp`` returned to it (the compiled kernels
 hand over ownership, :mod:`skgp_sparse.kernels._base`).
 """

@@ -1,5 +1,6 @@
 """The inverse-free basis: the improved bound of van der Wilk, Artemev and Hensman, in the
-likelihood parameterisation, trained by matrix products only.
+likelihood parameterisation, trained by matrix products only, with the training recipe of
+its successor (Cortinovis, Aitchison, Eleftheriadis and van der Wilk, AISTATS 2026).
 
 The bound
 ---------
@@ -12,12 +13,33 @@ free SPD matrix T and the bound
     KL_b  = 1/2 [ tr(W K) + mu^T K mu + tr(P T) - M - log|T| - log|Sigma| ]   (eq. 21)
     L     = sum_n E_{N(mean_n, var_n)} log p(y_n | f_n) - KL_b             (eq. 20)
 
-is a lower bound on the ELBO for every SPD T, with equality at T = P^-1 (then it is the
-usual SVGP ELBO of q(u) = N(K mu, K - K P^-1 K)). Sigma = L_s L_s^T and T = L_t L_t^T are
-held as lower triangular factors, so both log-determinants are sums of log-diagonals
-and no kernel matrix is ever factorised, inverted or solved against: a training step
-and a prediction are matrix products only (tests/test_inverse_free.py proves it by
-making every decomposition raise).
+is a lower bound on the ELBO for every SPD T and every mu, with equality at T = P^-1
+(then it is the usual SVGP ELBO of q(u) = N(K mu, K - K P^-1 K)). Sigma = L_s L_s^T and
+T = L_t L_t^T are held as lower triangular factors, so both log-determinants are sums of
+log-diagonals and no kernel matrix is ever factorised, inverted or solved against: a
+training step and a prediction are matrix products only (tests/test_inverse_free.py
+proves it by making every decomposition raise).
+
+The mean, preconditioned through T
+----------------------------------
+By default the free mean parameter is not mu but pseudo-targets m~ (``q_mean``), with
+
+    mu = (2 T - T P T) m~ = -W m~ ~ P^-1 m~,
+
+one Newton-Schulz step from T towards P^-1 m~. The bound holds for any mu, so for any
+(m~, T). With T = P^-1 the latent mean k_x^T P^-1 m~ is the GP posterior mean given
+targets m~ at Z observed with noise Sigma: it moves with its inducing inputs when Adam
+moves Z, and it does not scale with the kernel's amplitude in the directions the data
+inform (Sigma << K there). With mu itself held fixed, an Adam step on the kernel's
+variance scales the whole mean and a step on Z drags the coefficients mu (entries of
+K^-1 m_u, large and of alternating sign) to new places; measured on diamonds, that was
+the 26-31% RMSE deficit against the coupled basis with learned Z
+(docs/bases/inverse_free.md). ``preconditioned_mean=False`` keeps the 2022 mean.
+
+The price is that the mean depends on T: with E = L_t^T P L_t - I,
+mu - P^-1 m~ = -L_t E^2 (I + E)^-1 L_t^T m~, second order in E but amplified by the
+conditioning of L_t (P has eigenvalues down to those of Sigma). So T must follow K and
+Sigma closely, which the inner loop below does.
 
 Training: product-only natural steps
 ------------------------------------
@@ -39,19 +61,26 @@ the new residual is O(E^2): quadratic convergence to X = A^-1, a triangular vers
 the Newton-Schulz iteration X <- 2X - X A X; (iii) is the natural-gradient step of
 size eta for f(X) = -1/2 tr(A X) + 1/2 log|X| under the Fisher metric of N(0, X):
 with dL = L Y, the metric is 1/2 tr((Y + Y^T)^2) and df = tr(L^T grad L (Y + Y^T)),
-L^T grad L = -E/2, whose steepest lower Y is -eta Phi(E). The step size is capped by a
-Gershgorin bound g >= lambda_max(E): eta = min(eta, 1/g), so eta E_ii <= 1 and every
-diagonal at least halves rather than changes sign.
+L^T grad L = -E/2, whose steepest lower Y is -eta Phi(E). The step size is capped by an
+upper bound g >= lambda_max(E), the smaller of Gershgorin's and ||E||_F:
+eta = min(eta, 1/g), so eta E_ii <= 1 and every diagonal at least halves rather than
+changes sign. (After an Adam step E is dominated by a few directions, where the
+Frobenius norm is the tighter bound; with Gershgorin's alone the inner loop below took
+4.1 factor steps per training step instead of 3.6, diamonds at M = 256.)
 
-*T.* In T the bound is maximised at T = P^-1 for any data (the derivative
+*T: an inner loop.* In T the bound is maximised at T = P^-1 for any data (the derivative
 (P T - I) A_d + A_d (T P - I) + 1/2 (T^-1 - P), A_d = K/2 - W_h, vanishes there). So T
-is moved by the factor step with A = P (the natural gradient of the -1/2 tr(P T) +
-1/2 log|T| part of eq. 21, whose maximiser P^-1 is shared with the whole T-problem);
-the data-weighted part would only rescale the step. Each training evaluation first runs
-it up to ``T_ITERATIONS`` times against the current K + Sigma, until
-||L^T P L - I||_F < ``T_TOLERANCE`` (at the start of the evaluation, not the end of the
-natural step, so that T also follows the Adam step that moved K in between). The bound
-is valid for every T, so this inner solve never invalidates it.
+is moved only by the factor step with A = P (the natural gradient of the
+-1/2 tr(P T) + 1/2 log|T| part of eq. 21, whose maximiser P^-1 is shared with the whole
+T-problem); the data-weighted part would only rescale the step. A state made by
+:func:`natural_step` treats T as a function of K + Sigma: every evaluation of it first
+runs the factor step against the current K + Sigma until ||L_t^T P L_t - I||_F <
+``t_tol``, at most ``t_max_iter`` times (:func:`refine_t`). Once there, so at the start
+of each training step, the loop follows both the natural step's new Sigma and Adam's new
+K; on diamonds at M = 256 that takes about 3 factor steps per training step (an Adam
+step moves some eigenvalues of L_t^T P L_t by a factor of 2: in the directions where
+Sigma is small, P is K's nearly singular part). The bound is valid for every T, so the
+loop never invalidates it.
 
 *Sigma.* With T fixed the bound in Sigma is tr(Sigma G) + 1/2 log|Sigma| with
 G = T W_h T - 1/2 (T K T + T), W_h = K_zb diag(h) K_zb^T (h = dF/dvar): a Gaussian
@@ -60,22 +89,37 @@ factor step with A = Omega is exactly its natural-gradient step, with the schedu
 step size (1 then 1/t to ``natural_step_size`` for a Gaussian likelihood, a warm-up
 otherwise) capped as above.
 
-*mu.* The natural gradient in mu needs (K + K Sigma^-1 K)^-1 = K^-1 - P^-1, a K^-1
+*The mean.* The natural gradient in mu needs (K + K Sigma^-1 K)^-1 = K^-1 - P^-1, a K^-1
 that no product gives. We precondition instead with Pi = T Sigma T ~ P^-1 Sigma P^-1
 = (K^-1 - P^-1) K P^-1: the natural gradient damped by K P^-1, whose eigenvalues lie
 in (0, 1) (near 1 where the data dominate Sigma, small in prior-dominated directions,
 where mu matters little). With the Hessian H = K - 2 W_h of a Gaussian likelihood,
 T H T = Omega - T, so the eigenvalues of Pi H are at most 1 + lambda_max(E_Sigma) with
-E_Sigma = L_s^T Omega L_s - I; the step mu <- mu + rho Pi (K_zb g - K mu) with
+E_Sigma = L_s^T Omega L_s - I; the step mu' = mu + rho Pi (K_zb g - K mu) with
 rho = min(step, 1/(1 + g_Sigma)) therefore never overshoots the quadratic's maximum.
+(In m~ = P mu this is the step Sigma (2 T - T P T) dF/dmu: Sigma-preconditioned, the
+damped natural gradient of the pseudo-targets.) With the preconditioned mean the new mu'
+is stored as the pseudo-targets that give it under the new Sigma, m~' = (K + Sigma') mu',
+so the step is that of the 2022 parameterisation, and only Adam's moves of Z and the
+hyperparameters see the difference.
 
 All three steps use the same minibatch evaluation as the Adam step. Their fixed points
 are T = P^-1 and the stationary points of the SVGP ELBO in (mu, Sigma) (at T = P^-1 the
 T-derivative vanishes, so the Sigma- and mu-derivatives are those of the exact ELBO).
-``diagnostics`` reports ||(K + Sigma) T - I||_F, the quality of T, once per epoch.
+``diagnostics`` reports ||(K + Sigma) T - I||_F, the quality of T, once per epoch (after
+the epoch's last Adam step, before the loop has followed it).
+
+*Z.* :func:`adam_field_scales` tells the training loop to move the inducing inputs at
+``inducing_rate_scale`` (0.1) times Adam's learning rate, after
+``inducing_warmup_steps`` (0) steps in which they stay put: the 2026 recipe's separate,
+slower optimiser for Z (its warm-up measured no gain here).
+
+Settings (``init_state`` options, stored on the state as :class:`InverseFreeSettings`,
+so they pickle with a fitted model): ``preconditioned_mean``, ``t_max_iter``, ``t_tol``,
+``sigma_init``, ``inducing_warmup_steps``, ``inducing_rate_scale``.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -89,16 +133,56 @@ ADAM_FIELDS = ()
 #: Fields that Adam moves instead of the product-only steps (variational_optimizer="adam").
 VARIATIONAL_FIELDS = ("q_mean", "sigma_sqrt", "t_sqrt")
 
-#: Most factor steps of T per training evaluation, and the residual ||L_t^T P L_t - I||_F
-#: below which they stop early.
-T_ITERATIONS = 4
-T_TOLERANCE = 1e-3
-#: Initial Sigma relative to the kernel's variance. Small: the Sigma step converges in
-#: one or two steps from below in the directions the data inform (from far above it
-#: only creeps, see the docs), and grows towards the prior in the others.
+#: Defaults of the init_state options (see :class:`InverseFreeSettings`), all measured on
+#: diamonds (docs/bases/inverse_free.md). Plain constants: nothing reassigns them; a
+#: model's own values live on its state.
+T_MAX_ITER = 50
+T_TOL = 1e-3
 SIGMA_INIT = 0.01
-#: Factor steps of T at initialisation (from T = I / lambda_max bound of P).
-T_INIT_ITERATIONS = 200
+INDUCING_WARMUP_STEPS = 0
+INDUCING_RATE_SCALE = 0.1
+#: Factor steps of T at initialisation, from T = I / (Gershgorin bound of lambda_max(P)),
+#: and the residual at which they stop: from there the steps first grow T by a factor of
+#: about 2.25 per step, then converge quadratically, so 200 covers a condition number of
+#: 1e60.
+T_INIT_MAX_ITER = 200
+T_INIT_TOL = 1e-10
+
+
+@dataclass(frozen=True)
+class InverseFreeSettings:
+    """How the inverse-free basis trains (stored on the state, so it pickles with a model).
+
+    Attributes
+    ----------
+    preconditioned_mean : bool
+        Hold the mean through T: the free parameter is m~ (``q_mean``) and the latent
+        mean is K(x, Z) mu with mu = (2 T - T P T) m~ (~ P^-1 m~: m~ are pseudo-targets
+        at Z). False: ``q_mean`` is mu itself (the 2022 parameterisation).
+    t_max_iter : int
+        Most factor steps of T towards (K + Sigma)^-1 at the start of each evaluation of a
+        state made by a natural step (the inner loop, :func:`refine_t`).
+    t_tol : float
+        They stop once ||L_t^T (K + Sigma) L_t - I||_F < t_tol.
+    sigma_init : float
+        Initial Sigma, times the mean prior variance at the inducing inputs, times I.
+    inducing_warmup_steps : int
+        Training steps during which the inducing inputs stay put (see
+        :func:`adam_field_scales`).
+    inducing_rate_scale : float
+        After them, the multiplier of Adam's learning rate for the inducing inputs.
+    """
+
+    preconditioned_mean: bool = True
+    t_max_iter: int = T_MAX_ITER
+    t_tol: float = T_TOL
+    sigma_init: float = SIGMA_INIT
+    inducing_warmup_steps: int = INDUCING_WARMUP_STEPS
+    inducing_rate_scale: float = INDUCING_RATE_SCALE
+
+
+#: The settings equivalent to states pickled before settings were stored on the state.
+LEGACY_SETTINGS = InverseFreeSettings(preconditioned_mean=False, t_max_iter=4, inducing_rate_scale=1.0)
 
 
 @dataclass
@@ -109,15 +193,20 @@ class InverseFreeState:
     ----------
     inducing : ndarray of shape (M, D)
         Inducing inputs Z.
-    refine_t : bool
-        Whether a training evaluation first refines T against the current K + Sigma (set
-        on states made by :func:`natural_step`; with Adam on T it stays False).
     q_mean : ndarray of shape (M, P)
-        mu, one column per output: the latent mean is K(x, Z) mu.
+        The mean parameter, one column per output: the pseudo-targets m~ with
+        ``settings.preconditioned_mean`` (latent mean K(x, Z) (2 T - T P T) m~), else mu
+        (latent mean K(x, Z) mu).
     sigma_sqrt : ndarray of shape (C, M, M) or None
         Lower factors of the site covariances Sigma_c (None until first used with a kernel).
     t_sqrt : ndarray of shape (C, M, M) or None
         Lower factors of the auxiliary T_c ~ (K + Sigma_c)^-1 (None until first used).
+    n_covariances : int
+    refine_t : bool
+        Whether T is a function of K + Sigma rather than a free parameter: every
+        evaluation then first refines it towards (K + Sigma)^-1 for the current K (set on
+        states made by :func:`natural_step`; with Adam on T it stays False).
+    settings : InverseFreeSettings
     """
 
     inducing: np.ndarray
@@ -126,6 +215,7 @@ class InverseFreeState:
     t_sqrt: np.ndarray = None
     n_covariances: int = 1
     refine_t: bool = False
+    settings: InverseFreeSettings = field(default_factory=InverseFreeSettings)
 
     def copy(self):
         def dup(a):
@@ -133,19 +223,78 @@ class InverseFreeState:
 
         return InverseFreeState(
             self.inducing.copy(), self.q_mean.copy(), dup(self.sigma_sqrt), dup(self.t_sqrt), self.n_covariances,
-            self.refine_t,
+            self.refine_t, self.settings,
         )
 
     def drop_caches(self):
         """Nothing is cached: every field is a parameter."""
 
+    def __setstate__(self, saved):
+        # A state pickled before the settings existed holds mu itself and was trained with
+        # at most 4 factor steps of T per evaluation and Z at Adam's full rate.
+        saved.setdefault("settings", LEGACY_SETTINGS)
+        self.__dict__.update(saved)
 
-def init_state(inducing, n_outputs, n_covariances, n_orthogonal=0):
-    """mu = 0; Sigma and T are set on first use with a kernel (they need its scale)."""
+
+def init_state(points, n_outputs, n_covariances, n_orthogonal=0, **options):
+    """The starting state: zero mean; Sigma and T are set on first use with a kernel.
+
+    Parameters
+    ----------
+    points : ndarray of shape (M, D)
+        Initial inducing inputs.
+    n_outputs, n_covariances : int
+    n_orthogonal : int
+        Must be 0 (no second inducing set).
+    **options
+        Fields of :class:`InverseFreeSettings` (``preconditioned_mean``, ``t_max_iter``,
+        ``t_tol``, ``sigma_init``, ``inducing_warmup_steps``, ``inducing_rate_scale``);
+        the others keep their defaults.
+    """
     if n_orthogonal != 0:
         raise ValueError("the inverse_free basis has no orthogonal inducing set; use n_orthogonal=0")
-    m = inducing.shape[0]
-    return InverseFreeState(np.array(inducing, dtype=np.float64), np.zeros((m, n_outputs)), n_covariances=n_covariances)
+    settings = InverseFreeSettings(**options)
+    if (
+        settings.t_max_iter < 0
+        or not settings.t_tol >= 0
+        or not settings.sigma_init > 0
+        or settings.inducing_warmup_steps < 0
+        or not settings.inducing_rate_scale >= 0
+    ):
+        raise ValueError(f"invalid inverse_free settings: {settings}")
+    m = points.shape[0]
+    return InverseFreeState(
+        np.array(points, dtype=np.float64), np.zeros((m, n_outputs)), n_covariances=n_covariances, settings=settings
+    )
+
+
+def adam_field_scales(state, step):
+    """Multipliers of Adam's learning rate per state field for one training step.
+
+    The contract with the training loop: for the training step numbered ``step`` (0 for
+    the first step the model ever took, counting earlier fits of a warm start), the loop
+    passes this dict as ``rate_scales`` to :meth:`skgp_sparse.optim.Adam.step`, which
+    multiplies the learning rate of each field named here by its value; a field with 0
+    is left where it is, and its Adam moments and step count are not advanced (it then
+    starts as a fresh Adam when it first moves). Fields not named keep the plain rate;
+    named fields that Adam does not move (Z with ``learn_inducing=False``) are ignored.
+
+    Here: the inducing inputs wait ``inducing_warmup_steps`` steps while q and T settle,
+    then move at ``inducing_rate_scale`` times the learning rate.
+
+    Parameters
+    ----------
+    state : InverseFreeState
+    step : int
+
+    Returns
+    -------
+    dict of str -> float
+    """
+    settings = state.settings
+    if step < settings.inducing_warmup_steps:
+        return {"inducing": 0.0}
+    return {"inducing": float(settings.inducing_rate_scale)}
 
 
 # --- the product-only factor step -----------------------------------------------------
@@ -162,15 +311,20 @@ def _frobenius(a):
     return float(np.sqrt(np.sum(a * a)))
 
 
-def gershgorin_max(e):
-    """Upper bound on the largest eigenvalue of the symmetric e."""
+def eigenvalue_bound(e):
+    """An upper bound on the largest eigenvalue of the symmetric e, products-free.
+
+    The smaller of Gershgorin's bound (max row sum) and the Frobenius norm: the first is
+    tight for a diagonally dominant e, the second when one eigenvalue dominates, as after
+    an Adam step that moved K along one near-null direction of K + Sigma.
+    """
     off = np.abs(e).sum(axis=1) - np.abs(np.diag(e))
-    return float(np.max(np.diag(e) + off))
+    return min(float(np.max(np.diag(e) + off)), _frobenius(e))
 
 
 def factor_step(low, e, eta):
-    """L (I - eta' Phi(E)) with eta' = min(eta, 1 / gershgorin_max(E)); returns (L_new, eta')."""
-    bound = gershgorin_max(e)
+    """L (I - eta' Phi(E)) with eta' = min(eta, 1 / eigenvalue_bound(E)); returns (L_new, eta')."""
+    bound = eigenvalue_bound(e)
     if bound * eta > 1.0:
         eta = 1.0 / bound
     phi = np.tril(e)
@@ -179,37 +333,54 @@ def factor_step(low, e, eta):
     return np.ascontiguousarray(np.tril(new)), eta
 
 
-def refine_inverse_factor(low, target, iterations, tol):
-    """Factor steps of size 1 (capped) towards L L^T = target^-1.
+def refine_inverse_factor(low, target, max_iter, tol):
+    """Factor steps of size 1 (capped) towards L L^T = target^-1: the inner loop on T.
+
+    Stops as soon as ||L^T A L - I||_F < tol (checked before every step, so a factor
+    that already meets it is returned unchanged), or after ``max_iter`` steps.
 
     Returns
     -------
-    low : the new factor
-    norm : ||L^T A L - I||_F at the returned factor when known, else at the last input
+    low : ndarray
+        The new factor.
+    norm : float
+        ||L^T A L - I||_F at the returned factor.
+    n_steps : int
+        Factor steps taken.
+
+    Raises
+    ------
+    CholeskyError
+        If a step produced non-finite values.
     """
+    low, _, norm, n_steps = _refine(low, target, max_iter, tol)
+    return low, norm, n_steps
+
+
+def _refine(low, target, max_iter, tol):
+    """:func:`refine_inverse_factor` that also returns E = L^T A L - I at the result."""
     e = residual(low, target)
     norm = _frobenius(e)
-    for _ in range(iterations):
-        if norm < tol:
-            break
+    n_steps = 0
+    while norm >= tol and n_steps < max_iter:
         low, _ = factor_step(low, e, 1.0)
+        n_steps += 1
         e = residual(low, target)
-        new_norm = _frobenius(e)
-        if not np.isfinite(new_norm):
+        norm = _frobenius(e)
+        if not np.isfinite(norm):
             raise CholeskyError("the factor step of T produced non-finite values")
-        norm = new_norm
-    return low, norm
+    return low, e, norm, n_steps
 
 
-def initial_factors(kzz, n_cov):
-    """Sigma = SIGMA_INIT mean(diag K) I and T ~ (K + Sigma)^-1 by factor steps."""
+def initial_factors(kzz, n_cov, sigma_init=SIGMA_INIT):
+    """Sigma = sigma_init mean(diag K) I and T ~ (K + Sigma)^-1 by factor steps."""
     m = kzz.shape[0]
-    scale = SIGMA_INIT * max(float(np.mean(np.diag(kzz))), 1e-12)
+    scale = sigma_init * max(float(np.mean(np.diag(kzz))), 1e-12)
     sigma_sqrt = np.sqrt(scale) * np.eye(m)
     p = kzz + scale * np.eye(m)
     # I / lambda_max(P) has L^T P L - I in (-1, 0]: the factor steps grow T monotonically.
     bound = float(np.max(np.abs(p).sum(axis=1)))
-    t_sqrt, _ = refine_inverse_factor(np.eye(m) / np.sqrt(bound), p, T_INIT_ITERATIONS, 1e-10)
+    t_sqrt, _, _ = refine_inverse_factor(np.eye(m) / np.sqrt(bound), p, T_INIT_MAX_ITER, T_INIT_TOL)
     return (np.broadcast_to(sigma_sqrt, (n_cov, m, m)).copy(), np.broadcast_to(t_sqrt, (n_cov, m, m)).copy())
 
 
@@ -217,12 +388,38 @@ def ensure_initialised(kernel, state, kzz=None):
     """Set Sigma and T on first use (they depend on the kernel's scale)."""
     if state.sigma_sqrt is None:
         kzz = kernel(state.inducing) if kzz is None else kzz
-        state.sigma_sqrt, state.t_sqrt = initial_factors(kzz, state.n_covariances)
+        state.sigma_sqrt, state.t_sqrt = initial_factors(kzz, state.n_covariances, state.settings.sigma_init)
 
 
 # --- forward -----------------------------------------------------------------------
 class _Tape:
-    __slots__ = ("kzz", "kzx", "w", "w_kzx", "e", "t_kzx", "back_zz", "back_zx", "back_diag", "jitter")
+    """One training evaluation: kernel matrices, the bound's middle matrices and caches
+    shared by :func:`backward` and :func:`natural_step` (same state, same batch)."""
+
+    __slots__ = ("kzz", "kzx", "p", "w", "w_kzx", "e", "mu", "low_t", "back_zz", "back_zx", "back_diag", "jitter",
+                 "_t", "_tkt", "_h_key", "_data", "_t_data_t")
+
+    def t(self, c):
+        """T_c = L_t L_t^T."""
+        if self._t is None:
+            self._t = [gram(low) for low in self.low_t]
+        return self._t[c]
+
+    def tkt(self, c):
+        """T_c K T_c."""
+        if self._tkt is None:
+            self._tkt = [None] * len(self.low_t)
+        if self._tkt[c] is None:
+            self._tkt[c] = _sym(mm(self.t(c), mm(self.kzz, self.t(c))))
+        return self._tkt[c]
+
+    def data_grams(self, h):
+        """Per covariance, W_h = K_zb diag(h_c) K_zb^T and T_c W_h T_c (cached for this h)."""
+        if self._h_key is None or not np.array_equal(self._h_key, h):
+            self._data = [_weighted_gram(self.kzx, h[:, c]) for c in range(h.shape[1])]
+            self._t_data_t = [_sym(mm(self.t(c), mm(d, self.t(c)))) for c, d in enumerate(self._data)]
+            self._h_key = h.copy()
+        return self._data, self._t_data_t
 
 
 def _lower_factors(state):
@@ -236,28 +433,76 @@ def _sym(a):
 
 def middle_matrices(kzz, state):
     """Per covariance: E_c = L_t^T P_c L_t - I and W_c = T P T - 2 T = L_t (E_c - I) L_t^T."""
-    es, ws = [], []
-    for low_s, low_t in zip(*_lower_factors(state)):
-        p = kzz + gram(low_s)
-        e = residual(low_t, p)
-        inner = e.copy()
-        inner.flat[:: inner.shape[0] + 1] -= 1.0
-        w = tri_mm(low_t, np.ascontiguousarray(tri_mm(low_t, inner).T))  # L (E - I) L^T
-        es.append(e)
-        ws.append(_sym(w))
+    _, es, ws = _middle(kzz, state)
     return es, ws
 
 
-def refine_t(kzz, state):
-    """Factor steps of T towards (K + Sigma)^-1 for the current K, in place.
+def _middle(kzz, state, known=None):
+    """P_c, E_c and W_c per covariance; ``known``: (P_c, E_c) already computed for these factors."""
+    ps, es, ws = [], [], []
+    for c, (low_s, low_t) in enumerate(zip(*_lower_factors(state))):
+        if known is None:
+            p = kzz + gram(low_s)
+            e = residual(low_t, p)
+        else:
+            p, e = known[c]
+        inner = e.copy()
+        inner.flat[:: inner.shape[0] + 1] -= 1.0
+        w = tri_mm(low_t, np.ascontiguousarray(tri_mm(low_t, inner).T))  # L (E - I) L^T
+        ps.append(p)
+        es.append(e)
+        ws.append(_sym(w))
+    return ps, es, ws
 
-    Done at the start of a training evaluation rather than at the end of the natural step:
-    Adam moves K after the natural step, and a T one Adam step stale loosens the bound.
+
+def _outputs_of(state):
+    return covariance_of_output(state.q_mean.shape[1], state.sigma_sqrt.shape[0])
+
+
+def mean_weights(state, ws):
+    """mu, the weights of the latent mean K(x, Z) mu, from the state and its W_c.
+
+    Preconditioned: mu = (2 T_c - T_c P_c T_c) m~ = -W_c m~ for the outputs of covariance
+    c (one Newton-Schulz step from T_c towards P_c^-1 m~, exact to second order in the
+    error of T_c). Otherwise ``q_mean`` itself.
     """
+    if not state.settings.preconditioned_mean:
+        return state.q_mean
+    outputs_of = _outputs_of(state)
+    mu = np.empty_like(state.q_mean)
+    for c, w in enumerate(ws):
+        cols = np.flatnonzero(outputs_of == c)
+        mu[:, cols] = -mm(w, state.q_mean[:, cols])
+    return mu
+
+
+def refine_t(kzz, state):
+    """The inner loop on T: factor steps towards (K + Sigma)^-1 for the current K, in place.
+
+    Run at the start of every evaluation of a state with ``refine_t`` (not at the end of
+    the natural step): the natural step moves Sigma and then Adam moves K, and one loop
+    follows both. The bound, and the preconditioned mean above all, need T at the
+    current K + Sigma.
+
+    Returns
+    -------
+    int
+        Factor steps taken (summed over the covariances).
+    """
+    return _refine_state(kzz, state)[1]
+
+
+def _refine_state(kzz, state):
+    """:func:`refine_t`, also returning (P_c, E_c) at the new factors."""
     low_s, low_t = _lower_factors(state)
+    settings = state.settings
+    known, total = [], 0
     for c in range(low_t.shape[0]):
         p = kzz + gram(low_s[c])
-        state.t_sqrt[c], _ = refine_inverse_factor(low_t[c], p, T_ITERATIONS, T_TOLERANCE)
+        state.t_sqrt[c], e, _, n_steps = _refine(low_t[c], p, settings.t_max_iter, settings.t_tol)
+        known.append((p, e))
+        total += n_steps
+    return known, total
 
 
 def marginals(kernel, X, state, jitter, need_grad=True):
@@ -270,7 +515,14 @@ def marginals(kernel, X, state, jitter, need_grad=True):
     state : InverseFreeState
     jitter : float
         Unused: no kernel matrix is factorised.
-    need_grad : bool
+    need_grad : bool or "natural"
+        Whether to return a tape for :func:`backward` and :func:`natural_step`.
+
+    Notes
+    -----
+    With ``state.refine_t`` (a state made by a natural step) T is first brought to the
+    settings' tolerance against the current K + Sigma, in place (:func:`refine_t`): T is
+    then a function of K + Sigma, and every evaluation sees the same one.
 
     Returns
     -------
@@ -286,10 +538,10 @@ def marginals(kernel, X, state, jitter, need_grad=True):
     else:
         kzz, kzx, kdiag = kernel(Z), kernel(Z, X), kernel.diag(X)
     ensure_initialised(kernel, state, kzz)
-    if need_grad and state.refine_t:
-        refine_t(kzz, state)
-    es, ws = middle_matrices(kzz, state)
-    mean = mm(kzx, state.q_mean, trans_a=True)
+    known = _refine_state(kzz, state)[0] if state.refine_t else None
+    ps, es, ws = _middle(kzz, state, known)
+    mu = mean_weights(state, ws)
+    mean = mm(kzx, mu, trans_a=True)
     w_kzx = [mm(w, kzx) for w in ws]
     var = np.column_stack([kdiag + np.einsum("ij,ij->j", kzx, wk) for wk in w_kzx])
     # The variance is that of a valid q(u) (it is >= 0); a tiny negative value is rounding.
@@ -297,8 +549,9 @@ def marginals(kernel, X, state, jitter, need_grad=True):
     if not need_grad:
         return mean, var, None
     tape = _Tape()
-    tape.kzz, tape.kzx, tape.w, tape.w_kzx, tape.e = kzz, kzx, ws, w_kzx, es
-    tape.t_kzx = [tri_mm(low, tri_mm(low, kzx, trans=True)) for low in state.t_sqrt]
+    tape.kzz, tape.kzx, tape.p, tape.w, tape.w_kzx, tape.e, tape.mu = kzz, kzx, ps, ws, w_kzx, es, mu
+    tape.low_t = np.tril(state.t_sqrt)
+    tape._t = tape._tkt = tape._h_key = tape._data = tape._t_data_t = None
     tape.back_zz, tape.back_zx, tape.back_diag = back_zz, back_zx, back_diag
     tape.jitter = jitter
     return mean, var, tape
@@ -324,12 +577,15 @@ def kl_divergence(kernel, state, jitter, tape=None):
     kzz = kernel(state.inducing) if tape is None else tape.kzz
     ensure_initialised(kernel, state, kzz)
     if tape is None:
-        es, ws = middle_matrices(kzz, state)
+        known = _refine_state(kzz, state)[0] if state.refine_t else None
+        _, es, ws = _middle(kzz, state, known)
+        mu = mean_weights(state, ws)
     else:
-        es, ws = tape.e, tape.w
+        es, ws, mu = tape.e, tape.w, tape.mu
     k = _outputs_per_cov(state)
-    cov = sum(_cov_part(kzz, w, e, ls, lt) for w, e, ls, lt in zip(ws, es, state.sigma_sqrt, state.t_sqrt))
-    mean_part = float(np.sum(state.q_mean * mm(kzz, state.q_mean)))
+    low_s, low_t = _lower_factors(state)
+    cov = sum(_cov_part(kzz, w, e, ls, lt) for w, e, ls, lt in zip(ws, es, low_s, low_t))
+    mean_part = float(np.sum(mu * mm(kzz, mu)))
     return 0.5 * (k * cov + mean_part)
 
 
@@ -339,36 +595,57 @@ def _summed_var_adjoint(d_var, n_cov):
 
 
 def _weighted_gram(a, h):
-    """a diag(h) a^T."""
-    return mm(a * h, a, trans_b=True)
+    """a diag(h) a^T (symmetric): one SYRK when h <= 0, as for every log-concave
+    likelihood (h = 1/2 E[d^2 log p / df^2]), otherwise a GEMM."""
+    if np.all(h <= 0.0):
+        return -gram(a * np.sqrt(-h))
+    return _sym(mm(a * h, a, trans_b=True))
 
 
 def backward(tape, state, d_mean, d_var, fields=("inducing",)):
     """Gradient of F(mean, var) - KL_b in the kernel hyperparameters, Z and the q fields.
 
-    With h_c = dF/dvar, g = dF/dmean, W_h = K_zb diag(h) K_zb^T and k outputs per covariance:
+    With h_c = dF/dvar, g = dF/dmean, W_h = K_zb diag(h) K_zb^T, k outputs per covariance,
+    mu the mean weights and mu_bar = K_zb g - K mu the derivative in mu:
 
         dF/dK_zb = mu g^T + 2 sum_c W_c K_zb diag(h_c)
-        dF/dK    = sum_c [T W_h T - k/2 (T K T + T P T - T)] - 1/2 mu mu^T
         dF/dk_bb = sum_c h_c
-        dF/dmu   = K_zb g - K mu
-        dF/dL_s  = tril(2 G_s L_s) + k diag(1/L_s),  G_s = T W_h T - k/2 (T K T + T)
+
+    and every derivative through W_c = T P T - 2 T follows from its adjoint
+    A_c = W_h - R_c, where R_c = sym(mu_bar m~^T) over the outputs of covariance c when the
+    mean is preconditioned (mu = -W m~; R_c = 0 otherwise):
+
+        dF/dK    = sum_c [T A T - k/2 (T K T + T P T - T)] - 1/2 mu mu^T
+        dF/dmu   = mu_bar;     dF/dm~ = -W_c mu_bar (preconditioned)
+        dF/dL_s  = tril(2 G_s L_s) + k diag(1/L_s),  G_s = T A T - k/2 (T K T + T)
         dF/dL_t  = tril(2 G_t L_t) + k diag(1/L_t),
-                   G_t = P T W_h + W_h T P - 2 W_h - k/2 (P T K + K T P) + k K - k/2 P
+                   G_t = P T A + A T P - 2 A - k/2 (P T K + K T P) + k K - k/2 P
     """
     n_cov = state.sigma_sqrt.shape[0]
     k = _outputs_per_cov(state)
     h = _summed_var_adjoint(d_var, n_cov)
-    kzz, kzx = tape.kzz, tape.kzx
-    kzx_bar = mm(state.q_mean, d_mean, trans_b=True)
-    kzz_bar = -0.5 * mm(state.q_mean, state.q_mean, trans_b=True)
+    kzz, kzx, mu = tape.kzz, tape.kzx, tape.mu
+    preconditioned = state.settings.preconditioned_mean
+    outputs_of = _outputs_of(state)
+    mu_bar = mm(kzx, d_mean) - mm(kzz, mu)
+    kzx_bar = mm(mu, d_mean, trans_b=True)
+    kzz_bar = -0.5 * mm(mu, mu, trans_b=True)
     bars = {}
     sig_bars, t_bars = [], []
+    mean_bar = np.empty_like(mu) if preconditioned else mu_bar
+    data, t_data_t = tape.data_grams(h)
     for c in range(n_cov):
         kzx_bar += 2.0 * tape.w_kzx[c] * h[:, c]
-        low_s, low_t = np.tril(state.sigma_sqrt[c]), np.tril(state.t_sqrt[c])
-        t = gram(low_t)
-        t_wh_t = _sym(_weighted_gram(tape.t_kzx[c], h[:, c]))
+        low_s, low_t = np.tril(state.sigma_sqrt[c]), tape.low_t[c]
+        t = tape.t(c)
+        t_wh_t = t_data_t[c]
+        r = None
+        if preconditioned:
+            cols = np.flatnonzero(outputs_of == c)
+            mean_bar[:, cols] = -mm(tape.w[c], mu_bar[:, cols])
+            r = _sym(mm(mu_bar[:, cols], state.q_mean[:, cols], trans_b=True))
+            # T R T = sym((T mu_bar)(T m~)^T): rank 2P, products with P columns only.
+            t_wh_t = t_wh_t - _sym(mm(mm(t, mu_bar[:, cols]), mm(t, state.q_mean[:, cols]), trans_b=True))
         # T K T + T P T - T = L (2 E + I - L^T Sigma L) L^T, with L^T P L = E + I.
         st = tri_mm(low_s, low_t, trans=True)  # L_s^T L_t
         inner = 2.0 * tape.e[c] - gram(st, trans=True)
@@ -376,15 +653,14 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
         tkt_tpt_t = _sym(tri_mm(low_t, np.ascontiguousarray(tri_mm(low_t, inner).T)))
         kzz_bar += t_wh_t - 0.5 * k * tkt_tpt_t
         if "sigma_sqrt" in fields:
-            tkt = _sym(mm(t, mm(kzz, t)))
-            g_s = t_wh_t - 0.5 * k * (tkt + t)
+            g_s = t_wh_t - 0.5 * k * (tape.tkt(c) + t)
             sig_bars.append(np.tril(2.0 * mm(g_s, low_s)) + k * np.diag(1.0 / np.diag(low_s)))
         if "t_sqrt" in fields:
-            p = kzz + gram(low_s)
-            w_h = _sym(_weighted_gram(kzx, h[:, c]))
-            ptw = mm(p, mm(t, w_h))
+            p = tape.p[c]
+            adj = data[c] if r is None else data[c] - r
+            ptw = mm(p, mm(t, adj))
             ptk = mm(p, mm(t, kzz))
-            g_t = ptw + ptw.T - 2.0 * w_h - 0.5 * k * (ptk + ptk.T) + k * kzz - 0.5 * k * p
+            g_t = ptw + ptw.T - 2.0 * adj - 0.5 * k * (ptk + ptk.T) + k * kzz - 0.5 * k * p
             t_bars.append(np.tril(2.0 * mm(g_t, low_t)) + k * np.diag(1.0 / np.diag(low_t)))
     kzz_bar = _sym(kzz_bar)
     theta_zz, z_zz = tape.back_zz(kzz_bar)
@@ -392,7 +668,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
     theta_d = tape.back_diag(h.sum(axis=1))
     bars["inducing"] = z_zz + z_zx
     if "q_mean" in fields:
-        bars["q_mean"] = mm(kzx, d_mean) - mm(kzz, state.q_mean)
+        bars["q_mean"] = mean_bar
     if "sigma_sqrt" in fields:
         bars["sigma_sqrt"] = np.stack(sig_bars)
     if "t_sqrt" in fields:
@@ -402,56 +678,73 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
 
 # --- natural (product-only) step -----------------------------------------------------------
 def natural_step(tape, state, d_mean, d_var, step):
-    """Product-only steps on mu, Sigma and T from one minibatch evaluation (module docstring).
+    """Product-only steps on the mean, Sigma and T from one minibatch evaluation (module docstring).
 
     Raises
     ------
     CholeskyError
         If a step produced non-finite values (the schedule then halves ``step``).
     """
-    n_out = state.q_mean.shape[1]
     n_cov = state.sigma_sqrt.shape[0]
     k = _outputs_per_cov(state)
+    settings = state.settings
+    kzz, kzx, mu = tape.kzz, tape.kzx, tape.mu
     # With a shared covariance the Sigma-optimum averages the outputs' adjoints.
-    h = _summed_var_adjoint(d_var, n_cov) / k
-    kzz, kzx = tape.kzz, tape.kzx
-    new_mean = state.q_mean.copy()
+    _, t_data_t = tape.data_grams(_summed_var_adjoint(d_var, n_cov))
+    new_mu = mu.copy()
     new_sig = np.empty_like(state.sigma_sqrt)
     new_t = np.empty_like(state.t_sqrt)
-    outputs_of = covariance_of_output(n_out, n_cov)
-    grad_mean = mm(kzx, d_mean) - mm(kzz, state.q_mean)
+    outputs_of = _outputs_of(state)
+    grad_mean = mm(kzx, d_mean) - mm(kzz, mu)
     for c in range(n_cov):
-        low_s, low_t = np.tril(state.sigma_sqrt[c]), np.tril(state.t_sqrt[c])
-        t = gram(low_t)
+        low_s, low_t = np.tril(state.sigma_sqrt[c]), tape.low_t[c]
+        t = tape.t(c)
         # Omega = T (K - 2 W_h) T + T, the Sigma-optimum's inverse for this T and batch.
-        omega = _sym(mm(t, mm(kzz, t)) - 2.0 * _weighted_gram(tape.t_kzx[c], h[:, c]) + t)
+        omega = tape.tkt(c) - (2.0 / k) * t_data_t[c] + t
         e_s = residual(low_s, omega)
-        g_s = max(gershgorin_max(e_s), 0.0)
+        g_s = max(eigenvalue_bound(e_s), 0.0)
         # mu: preconditioned by T Sigma T (old Sigma), capped by 1 / (1 + lambda_max bound).
         cols = np.flatnonzero(outputs_of == c)
         rho = min(step, 1.0 / (1.0 + g_s))
         direction = mm(t, tri_mm(low_s, tri_mm(low_s, mm(t, grad_mean[:, cols]), trans=True)))
-        new_mean[:, cols] = state.q_mean[:, cols] + rho * direction
+        new_mu[:, cols] = mu[:, cols] + rho * direction
         new_sig[c], _ = factor_step(low_s, e_s, step)
-        # T follows the new Sigma (and Adam's new K) at the next training evaluation.
+        # T follows the new Sigma, and Adam's new K, when the new state is next evaluated.
         new_t[c] = low_t
+    if settings.preconditioned_mean:
+        # The pseudo-targets whose mean under the new Sigma is the new mu: m~ = (K + Sigma') mu'
+        # (products only; exact once T has followed Sigma', see mean_weights).
+        new_mean = np.empty_like(new_mu)
+        for c in range(n_cov):
+            cols = np.flatnonzero(outputs_of == c)
+            part = new_mu[:, cols]
+            new_mean[:, cols] = mm(kzz, part) + tri_mm(new_sig[c], tri_mm(new_sig[c], part, trans=True))
+    else:
+        new_mean = new_mu
     for a in (new_mean, new_sig, new_t):
         if not np.all(np.isfinite(a)):
             raise CholeskyError("the product-only natural step produced non-finite values")
-    return InverseFreeState(state.inducing, new_mean, new_sig, new_t, state.n_covariances, refine_t=True)
+    return InverseFreeState(state.inducing, new_mean, new_sig, new_t, state.n_covariances, True, settings)
 
 
 # --- prediction and diagnostics --------------------------------------------------------
 def make_predictor(kernel, state, jitter):
     """Freeze the fitted bound: mean K(x, Z) mu, variance k_xx + k_x^T W_c k_x (eq. 19).
 
+    As in every evaluation, T is first refined against the current K + Sigma (on a copy:
+    the state is not changed); the preconditioned mean (2 T - T P T) m~ is only as good
+    as T.
+
     Returns a :class:`skgp_sparse.bases.coupled.CoupledPredictor` (the same two arrays:
     ``mean_weights`` = mu, ``middle`` = W_c), so prediction too is products only.
     """
     kzz = kernel(state.inducing)
     ensure_initialised(kernel, state, kzz)
+    if state.refine_t:
+        state = state.copy()
+        _refine_state(kzz, state)
     _, ws = middle_matrices(kzz, state)
-    return CoupledPredictor(state.inducing.copy(), state.q_mean.copy(), np.stack(ws))
+    return CoupledPredictor(state.inducing.copy(), np.array(mean_weights(state, ws)), np.stack(ws))
 
 
 def diagnostics(kernel, state, jitter):

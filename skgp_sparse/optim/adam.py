@@ -22,7 +22,9 @@ class Adam:
     Parameters live in a dict ``{name: ndarray}``; each name has its own moments, so the
     set of parameters (kernel hyperparameters, log noise, inducing inputs, ...) is
     whatever the caller hands in. ``bounds`` clip a parameter after its step, which is
-    how sklearn-style hyperparameter bounds hold.
+    how sklearn-style hyperparameter bounds hold. ``rate_scales`` of :meth:`step` vary
+    the learning rate per parameter from step to step (a basis can hold its inducing
+    inputs still while its variational parameters settle).
     """
 
     def __init__(self, learning_rate=0.01, beta1=0.9, beta2=0.999, eps=1e-8, step_scales=None):
@@ -34,8 +36,9 @@ class Adam:
         self.t = 0
         self._m = {}
         self._v = {}
+        self._held = {}
 
-    def step(self, params, grads, bounds=None):
+    def step(self, params, grads, bounds=None, rate_scales=None):
         """Return new parameters ``params + lr * m_hat / (sqrt(v_hat) + eps)``.
 
         Parameters
@@ -44,13 +47,29 @@ class Adam:
             Current values and gradients of the objective to maximise.
         bounds : dict of name -> (lower, upper), optional
             Arrays or scalars broadcast against the parameter.
+        rate_scales : dict of name -> float, optional
+            Multipliers of this step's learning rate (1 for names not given). A parameter
+            with 0 is returned as it is, and neither its moments nor its step count move:
+            one held still for the first steps then starts as with a fresh Adam (its bias
+            correction counts only the steps it took), rather than with moments filled by
+            gradients of a state it never saw.
         """
         self.t += 1
         b1, b2 = self.beta1, self.beta2
-        corr1 = 1.0 - b1**self.t
-        corr2 = 1.0 - b2**self.t
+        rate_scales = {} if rate_scales is None else rate_scales
+        # setdefault: an Adam pickled before held parameters existed has no such record.
+        held = self.__dict__.setdefault("_held", {})
         out = {}
         for name, value in params.items():
+            scale = rate_scales.get(name, 1.0)
+            if scale == 0.0:
+                held[name] = held.get(name, 0) + 1
+                out[name] = value
+                continue
+            # Steps this parameter took (self.t for one never held, as before).
+            t = self.t - held.get(name, 0)
+            corr1 = 1.0 - b1**t
+            corr2 = 1.0 - b2**t
             g = grads[name]
             m = self._m.get(name)
             if m is None or m.shape != g.shape:
@@ -60,7 +79,7 @@ class Adam:
             m = b1 * m + (1.0 - b1) * g
             v = b2 * v + (1.0 - b2) * g * g
             self._m[name], self._v[name] = m, v
-            rate = self.learning_rate * self.step_scales.get(name, 1.0)
+            rate = self.learning_rate * self.step_scales.get(name, 1.0) * scale
             new = value + rate * (m / corr1) / (np.sqrt(v / corr2) + self.eps)
             if bounds is not None and name in bounds:
                 low, high = bounds[name]

@@ -130,7 +130,10 @@ def train(
                 _check_finite(result, history.n_epochs + 1)
                 new_state, _ = schedule.apply(lambda size: model.natural_step(result, size))
                 warming_up = history.n_steps - steps_before < warmup_steps
-                new_params = None if warming_up else adam.step(model.adam_params(), result.grads, model.adam_bounds())
+                new_params = None if warming_up else adam.step(
+                    model.adam_params(), result.grads, model.adam_bounds(),
+                    rate_scales=model.adam_rate_scales(schedule.t - 1),
+                )
                 # The commit: two stores that must happen together (undone if interrupted).
                 snapshot = _snapshot(model)
                 model.state = new_state
