@@ -1,7 +1,10 @@
-"""Gauss-Hermite rules for expectations under the Gaussian marginals of a latent function."""
+"""Gauss-Hermite rules for expectations under the Gaussian marginals of a latent function,
+and the preparation of a method's inputs in any array namespace."""
 
 import numpy as np
 from numpy.polynomial.hermite import hermgauss
+
+from .. import backend
 
 _INV_SQRT_PI = 1.0 / np.sqrt(np.pi)
 
@@ -21,16 +24,44 @@ def gauss_hermite(n_points):
     """Nodes x and weights w with E_{N(f | m, v)}[g(f)] ~= sum_i w_i g(m + sqrt(2 v) x_i).
 
     The weights sum to one: the physicists' weight exp(-x^2) is divided by sqrt(pi).
+    Both are numpy float64 arrays; :func:`rule_like` puts them next to other arrays.
     """
     x, w = hermgauss(int(n_points))
     return x, w * _INV_SQRT_PI
 
 
-def latent_nodes(nodes, mean, var):
+def rule_like(nodes, weights, like):
+    """Host ``nodes`` and ``weights`` in the namespace, on the device and of the dtype of
+    the array ``like`` (the host arrays themselves for numpy; cached per device and
+    dtype otherwise, see :func:`skgp_sparse.backend.constant`)."""
+    return backend.constant(nodes, like), backend.constant(weights, like)
+
+
+def latent_nodes(nodes, mean, var, xp=np):
     """f at every node, array of shape (n, n_points), for mean and var of shape (n, 1).
 
     Negative variances (rounding error in a difference of Gram terms) count as zero.
+    numpy inputs (array-likes included) are taken as float64; arrays of another
+    namespace ``xp`` are used as they are, with ``nodes`` of their namespace.
     """
-    mean = np.asarray(mean, dtype=float).reshape(-1, 1)
-    spread = np.sqrt(2.0 * np.maximum(np.asarray(var, dtype=float).reshape(-1, 1), 0.0))
+    if xp is np:
+        mean = np.asarray(mean, dtype=float)
+        var = np.asarray(var, dtype=float)
+    mean = xp.reshape(mean, (-1, 1))
+    spread = xp.sqrt(2.0 * xp.maximum(xp.reshape(var, (-1, 1)), 0.0))
     return mean + spread * nodes
+
+
+def as_working_floats(xp, reference, *arrays):
+    """``arrays`` (inputs of a namespace other than numpy) in one floating dtype.
+
+    The dtype is the working float of the ``reference`` arrays (the latent marginals:
+    float32 when they are float32, float64 otherwise, see
+    :func:`skgp_sparse.backend.working_float`); integer targets or labels are cast to it.
+
+    Returns
+    -------
+    tuple of arrays
+    """
+    dtype = backend.working_float(xp, *reference)
+    return tuple(a if a.dtype == dtype else xp.astype(a, dtype) for a in arrays)

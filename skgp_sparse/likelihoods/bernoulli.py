@@ -1,33 +1,38 @@
 """Bernoulli observations of one latent function: binary classification."""
 
+import math
+
 import numpy as np
-from scipy.special import erfcx, expit, log_ndtr, ndtr
 
-from ._quadrature import gauss_hermite, latent_nodes
+from .. import backend
+from ._quadrature import as_working_floats, gauss_hermite, latent_nodes, rule_like
 
-_SQRT_2_OVER_PI = np.sqrt(2.0 / np.pi)
+# Python floats, not numpy scalars: array_api_strict refuses numpy scalars, and a
+# float32 array keeps its dtype next to a Python float.
+_SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
+_SQRT2 = math.sqrt(2.0)
 
 
-def _probit_terms(z):
+def _probit_terms(z, xp=np):
     """log Phi(z) and its first two derivatives in z, stable in both tails.
 
     The inverse Mills ratio r = phi(z) / Phi(z) is taken as sqrt(2/pi) / erfcx(-z/sqrt2):
     the Gaussian factors that underflow in phi and Phi for large |z| cancel analytically.
     """
-    log_p = log_ndtr(z)
-    r = _SQRT_2_OVER_PI / erfcx(-z / np.sqrt(2.0))
+    log_p = backend.log_ndtr(z, xp)
+    r = _SQRT_2_OVER_PI / backend.erfcx(-z / _SQRT2, xp)
     # r (z + r) is the variance deficit of a truncated normal, so it lies in (0, 1); far in
     # the left tail z + r is a difference of large numbers, and the clip keeps rounding
     # error there from leaving that interval.
-    d2 = -np.clip(r * (z + r), 0.0, 1.0)
+    d2 = -xp.clip(r * (z + r), 0.0, 1.0)
     return log_p, r, d2
 
 
-def _logit_terms(z):
+def _logit_terms(z, xp=np):
     """log sigmoid(z) and its first two derivatives in z."""
-    log_p = -np.logaddexp(0.0, -z)
-    d1 = expit(-z)
-    d2 = -expit(z) * d1
+    log_p = -xp.logaddexp(0.0, -z)
+    d1 = backend.expit(-z, xp)
+    d2 = -backend.expit(z, xp) * d1
     return log_p, d1, d2
 
 
@@ -38,6 +43,12 @@ class BernoulliLikelihood:
     quadrature on ``n_points`` nodes. The derivative in the variance uses
     d/dv E[g(f)] = 0.5 E[g''(f)] (Opper & Archambeau, 2009) on the same nodes, which
     stays bounded as v -> 0, where differentiating the nodes would divide by sqrt(v).
+
+    The methods take arrays of any Array API namespace and return arrays of that
+    namespace, on the inputs' device, in the floating dtype of ``mean`` and ``var``
+    (labels may be integers). The quadrature nodes are put on that device once per
+    device and dtype. Numpy inputs (array-likes included) are computed in float64 by the
+    numpy code they always took.
 
     Parameters
     ----------
@@ -59,35 +70,47 @@ class BernoulliLikelihood:
         self.n_points = int(n_points)
         self._nodes, self._weights = gauss_hermite(self.n_points)
 
+    def _inputs(self, xp, y, mean, var):
+        """The inputs as the computation takes them, and the rule in their namespace."""
+        if xp is np:
+            # numpy: the conversions the numpy code always made (float64, lists accepted).
+            y = None if y is None else np.asarray(y, dtype=float)
+            return y, np.asarray(mean, dtype=float), np.asarray(var, dtype=float), self._nodes, self._weights
+        floats = as_working_floats(xp, (mean, var), mean, var, *(() if y is None else (y,)))
+        mean, var = floats[:2]
+        nodes, weights = rule_like(self._nodes, self._weights, mean)
+        return (None if y is None else floats[2]), mean, var, nodes, weights
+
     def expected_log_lik(self, y, mean, var):
         """Per-row E_q[log p(y | f)] and its derivatives in mean and var.
 
         Parameters
         ----------
-        y : ndarray of shape (n, 1)
+        y : array of shape (n, 1)
             Labels, 0.0 or 1.0.
-        mean, var : ndarray of shape (n, 1)
+        mean, var : array of shape (n, 1)
             Marginal mean and variance of the latent function.
 
         Returns
         -------
-        ell : ndarray of shape (n, 1)
-        d_mean : ndarray of shape (n, 1)
-        d_var : ndarray of shape (n, 1)
+        ell : array of shape (n, 1)
+        d_mean : array of shape (n, 1)
+        d_var : array of shape (n, 1)
         """
-        shape = np.shape(mean)
+        xp = backend.input_namespace(y, mean, var)
+        shape = np.shape(mean) if xp is np else tuple(mean.shape)
+        y, mean, var, nodes, w = self._inputs(xp, y, mean, var)
         # p(y | f) = link(s f) with s = +1 for y = 1 and -1 for y = 0 (both links are
         # symmetric: 1 - link(f) = link(-f)).
-        sign = 2.0 * np.asarray(y, dtype=float).reshape(-1, 1) - 1.0
-        z = sign * latent_nodes(self._nodes, mean, var)
+        sign = 2.0 * xp.reshape(y, (-1, 1)) - 1.0
+        z = sign * latent_nodes(nodes, mean, var, xp)
         terms = _probit_terms if self.link == "probit" else _logit_terms
-        log_p, d1, d2 = terms(z)
-        w = self._weights
+        log_p, d1, d2 = terms(z, xp)
         ell = log_p @ w
         d_mean = sign[:, 0] * (d1 @ w)
         # d2 carries sign^2 = 1.
         d_var = 0.5 * (d2 @ w)
-        return ell.reshape(shape), d_mean.reshape(shape), d_var.reshape(shape)
+        return xp.reshape(ell, shape), xp.reshape(d_mean, shape), xp.reshape(d_var, shape)
 
     def predict_proba(self, mean, var):
         """Probability of the label 1, E_q[link(f)], per row.
@@ -97,15 +120,15 @@ class BernoulliLikelihood:
 
         Parameters
         ----------
-        mean, var : ndarray of shape (n, 1)
+        mean, var : array of shape (n, 1)
 
         Returns
         -------
-        ndarray of shape (n, 1)
+        array of shape (n, 1)
             p(y = 1); p(y = 0) is one minus it.
         """
-        mean = np.asarray(mean, dtype=float)
-        var = np.asarray(var, dtype=float)
+        xp = backend.input_namespace(mean, var)
+        _, mean, var, nodes, w = self._inputs(xp, None, mean, var)
         if self.link == "probit":
-            return ndtr(mean / np.sqrt(1.0 + np.maximum(var, 0.0)))
-        return (expit(latent_nodes(self._nodes, mean, var)) @ self._weights).reshape(mean.shape)
+            return backend.ndtr(mean / xp.sqrt(1.0 + xp.maximum(var, 0.0)), xp)
+        return xp.reshape(backend.expit(latent_nodes(nodes, mean, var, xp), xp) @ w, mean.shape)

@@ -1,8 +1,16 @@
 """Gaussian observation noise: the conjugate case, everything in closed form."""
 
+import math
+
 import numpy as np
 
+from .. import backend
+from ._quadrature import as_working_floats
+
 LOG_2PI = np.log(2.0 * np.pi)
+#: The same as a Python float: an array_api_strict array refuses numpy scalars, and a
+#: float32 array stays float32 next to a Python float.
+_LOG_2PI = float(LOG_2PI)
 
 
 class GaussianLikelihood:
@@ -10,6 +18,12 @@ class GaussianLikelihood:
 
     The basis meets the likelihood only through the marginals ``(mean, var)`` of the
     latent function at the rows of a minibatch.
+
+    Every method takes arrays of any Array API namespace (numpy, torch, CuPy,
+    array_api_strict, ...) and returns arrays of that namespace, on the inputs' device,
+    in their floating dtype; the inputs of one call share a namespace (a numpy array
+    with a torch tensor is a TypeError, not a silent transfer). Numpy inputs take the
+    numpy code they always took. The noise variance itself is a Python float.
     """
 
     #: The expected log-likelihood is quadratic in f, so a natural step of size one on a
@@ -26,18 +40,22 @@ class GaussianLikelihood:
 
         Parameters
         ----------
-        y, mean : ndarray of shape (n, P)
-        var : ndarray of shape (n, 1) or (n, P)
+        y, mean : array of shape (n, P)
+        var : array of shape (n, 1) or (n, P)
             Marginal variances of the latent function (broadcast over outputs).
-        extra_noise : float or ndarray of shape (n, 1), default=0.0
+        extra_noise : float or array of shape (n, 1), default=0.0
             Known noise variance of each row, added to ``noise_variance`` (GPR's ``alpha``).
 
         Returns
         -------
-        ell : ndarray of shape (n, P)
-        d_mean : ndarray of shape (n, P)
-        d_var : ndarray of shape (n, P)
+        ell : array of shape (n, P)
+        d_mean : array of shape (n, P)
+        d_var : array of shape (n, P)
+            Read-only broadcast views for numpy inputs.
         """
+        xp = backend.input_namespace(y, mean, var, extra_noise)
+        if xp is not np:
+            return self._expected_log_lik_xp(xp, y, mean, var, extra_noise)
         s2 = self.noise_variance + extra_noise
         resid = y - mean
         ell = -0.5 * (LOG_2PI + np.log(s2)) - 0.5 * (resid * resid + var) / s2
@@ -45,25 +63,51 @@ class GaussianLikelihood:
         d_var = np.broadcast_to(-0.5 / s2, ell.shape)
         return ell, d_mean, d_var
 
+    def _expected_log_lik_xp(self, xp, y, mean, var, extra_noise):
+        """:meth:`expected_log_lik` in the namespace ``xp`` of the inputs (not numpy)."""
+        (y,) = as_working_floats(xp, (mean, var), y)
+        s2 = self.noise_variance + extra_noise
+        per_row = not isinstance(s2, (int, float))  # an array of known noise, or one float
+        log_s2 = xp.log(s2) if per_row else math.log(s2)
+        resid = y - mean
+        ell = -0.5 * (_LOG_2PI + log_s2) - 0.5 * (resid * resid + var) / s2
+        d_mean = resid / s2
+        if per_row:
+            d_var = xp.broadcast_to(-0.5 / s2, ell.shape)
+        else:
+            d_var = xp.full(ell.shape, -0.5 / s2, dtype=ell.dtype, device=backend.device_of(ell))
+        return ell, d_mean, d_var
+
     def d_log_noise(self, y, mean, var, extra_noise=0.0):
         """Per-entry derivative of the expected log-likelihood in ``log(noise_variance)``
-        (the learned part of the noise; ``extra_noise`` is known and fixed)."""
+        (the learned part of the noise; ``extra_noise`` is known and fixed).
+
+        Written in operators only, so it runs unchanged on arrays of any namespace (y of
+        a floating dtype) and returns an array of theirs, shape (n, P).
+        """
         s2 = self.noise_variance
         total = s2 + extra_noise
         resid = y - mean
         return s2 * (-0.5 / total + 0.5 * (resid * resid + var) / total**2)
 
     def predictive(self, mean, var):
-        """Mean and variance of y given the latent marginals."""
+        """Mean and variance of y given the latent marginals (any namespace: operators only)."""
         return mean, var + self.noise_variance
 
     def predictive_covariance(self, mean, cov):
         """Mean (n,) and joint covariance (n, n) of y given the latent joint posterior."""
+        if backend.input_namespace(mean, cov) is not np:
+            return mean, cov + self.noise_variance * backend.eye(cov.shape[0], cov)
         return mean, cov + self.noise_variance * np.eye(cov.shape[0])
 
     def log_predictive_density(self, y, mean, var):
         """log N(y | mean, var + noise_variance), per entry."""
+        xp = backend.input_namespace(y, mean, var)
         total = var + self.noise_variance
+        if xp is not np:
+            (y,) = as_working_floats(xp, (mean, var), y)
+            resid = y - mean
+            return -0.5 * (_LOG_2PI + xp.log(total) + resid * resid / total)
         return -0.5 * (LOG_2PI + np.log(total) + (y - mean) ** 2 / total)
 
 

@@ -3,26 +3,63 @@
 Both likelihoods take one latent function per class, each with its own marginal
 variance, and integer labels 0..K-1 given as an array of shape (n,) or (n, 1) (floats
 holding whole numbers are accepted, since the model stores targets as a float matrix).
+
+Their methods take arrays of any Array API namespace and return arrays of that
+namespace, on the inputs' device, in the floating dtype of ``mean`` and ``var``. The
+quadrature nodes and the fixed draws are put on that device once per device and dtype.
+Numpy inputs (array-likes included) are computed in float64 by the numpy code they
+always took.
 """
+
+import math
 
 import numpy as np
 from numpy.polynomial.hermite import hermgauss
-from scipy.special import log_ndtr, log_softmax, softmax
+
+from .. import backend
+from ._quadrature import as_working_floats, rule_like
 
 #: Floor of the marginal variances under a square root; the derivatives below it are
 #: those at the floor, so an optimiser still sees which way the variance should move.
 VAR_FLOOR = 1e-10
-_HALF_LOG_2PI = 0.5 * np.log(2.0 * np.pi)
+# A Python float (array_api_strict refuses numpy scalars; float32 stays float32 with it).
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
-def _check_labels(y, n_rows, n_classes):
-    labels = np.asarray(y).reshape(-1)
+def _check_labels(y, n_rows, n_classes, xp=np):
+    """Class indices (int) of the labels ``y``, or ValueError.
+
+    For a namespace other than numpy the check costs one synchronisation with the host
+    (a single boolean), which a GPU pays once per call.
+    """
+    if xp is np:
+        labels = np.asarray(y).reshape(-1)
+    else:
+        labels = xp.reshape(y, (-1,))
     if labels.shape[0] != n_rows:
         raise ValueError(f"expected {n_rows} labels, got {labels.shape[0]}")
-    idx = np.rint(labels).astype(np.intp)
-    if np.any(idx != labels) or np.any(idx < 0) or np.any(idx >= n_classes):
+    if xp is np:
+        idx = np.rint(labels).astype(np.intp)
+        bad = np.any(idx != labels) or np.any(idx < 0) or np.any(idx >= n_classes)
+    else:
+        whole = labels if xp.isdtype(labels.dtype, "integral") else xp.round(labels)
+        bad = bool(xp.any((whole != labels) | (whole < 0) | (whole >= n_classes)))
+    if bad:
         raise ValueError(f"labels must be integers in [0, {n_classes - 1}]")
-    return idx
+    return idx if xp is np else xp.astype(whole, xp.int64)
+
+
+def _one_hot(idx, n_classes, xp):
+    """Boolean (n, K) array, True at each row's class."""
+    return xp.arange(n_classes, device=backend.device_of(idx)) == xp.reshape(idx, (-1, 1))
+
+
+def _marginals(xp, mean, var):
+    """(mean, var) as the computation takes them: float64 for numpy (lists accepted),
+    the working float of the pair otherwise."""
+    if xp is np:
+        return np.asarray(mean, dtype=float), np.asarray(var, dtype=float)
+    return as_working_floats(xp, (mean, var), mean, var)
 
 
 class RobustMaxLikelihood:
@@ -66,37 +103,39 @@ class RobustMaxLikelihood:
     def _log_miss(self):
         return np.log(self.epsilon / (self.n_classes - 1))
 
-    def _argmax_probability(self, idx, mean, var, need_grad):
+    def _argmax_probability(self, idx, mean, var, need_grad, xp=np):
         """P = Pr_q[argmax f = idx] per row, and optionally dP/dmean, dP/dvar (n, K)."""
         n, K = mean.shape
-        rows = np.arange(n)
-        v = np.maximum(var, VAR_FLOOR)
-        s = np.sqrt(v)
-        m_y, v_y = mean[rows, idx], v[rows, idx]
-        root_2v_y = np.sqrt(2.0 * v_y)
-        u = m_y[:, None] + root_2v_y[:, None] * self._nodes  # (n, Q)
+        nodes, weights = rule_like(self._nodes, self._weights, mean)
+        v = xp.maximum(var, VAR_FLOOR)
+        s = xp.sqrt(v)
+        column = xp.reshape(idx, (-1, 1))
+        m_y = xp.take_along_axis(mean, column, axis=1)[:, 0]
+        v_y = xp.take_along_axis(v, column, axis=1)[:, 0]
+        root_2v_y = xp.sqrt(2.0 * v_y)
+        u = m_y[:, None] + root_2v_y[:, None] * nodes  # (n, Q)
         z = (u[:, :, None] - mean[:, None, :]) / s[:, None, :]  # (n, Q, K)
-        log_phi_cdf = log_ndtr(z)
-        own = np.zeros((n, 1, K), dtype=bool)
-        own[rows, 0, idx] = True
+        log_phi_cdf = backend.log_ndtr(z, xp)
+        label = _one_hot(idx, K, xp)  # (n, K)
+        own = label[:, None, :]
         # The label's own column is not a factor of the product.
-        log_phi_cdf = np.where(own, 0.0, log_phi_cdf)
-        log_prod = log_phi_cdf.sum(axis=2)  # (n, Q)
-        P = np.exp(log_prod) @ self._weights
+        log_phi_cdf = xp.where(own, 0.0, log_phi_cdf)
+        log_prod = xp.sum(log_phi_cdf, axis=2)  # (n, Q)
+        P = xp.exp(log_prod) @ weights
         if not need_grad:
             return P, None, None
         # d prod / d z_j = phi(z_j) * prod_{k != j, y} Phi(z_k), formed in logs so that a
         # factor Phi(z_j) that underflows is never divided by.
         log_pdf = -0.5 * z * z - _HALF_LOG_2PI
-        A = np.where(own, 0.0, np.exp(log_prod[:, :, None] - log_phi_cdf + log_pdf))
-        A *= self._weights[None, :, None]
+        A = xp.where(own, 0.0, xp.exp(log_prod[:, :, None] - log_phi_cdf + log_pdf))
+        A = A * weights[None, :, None]
         # z_j = (u - m_j) / s_j, u = m_y + sqrt(2 v_y) x.
         A_over_s = A / s[:, None, :]
-        d_mean = -A_over_s.sum(axis=1)  # (n, K), the j != y columns
-        d_var = -(A_over_s * z).sum(axis=1) / (2.0 * s)
-        through_u = A_over_s.sum(axis=2)  # dP/du at each node, (n, Q)
-        d_mean[rows, idx] = through_u.sum(axis=1)
-        d_var[rows, idx] = (through_u @ self._nodes) / root_2v_y
+        d_mean = -xp.sum(A_over_s, axis=1)  # (n, K), the j != y columns
+        d_var = -xp.sum(A_over_s * z, axis=1) / (2.0 * s)
+        through_u = xp.sum(A_over_s, axis=2)  # dP/du at each node, (n, Q)
+        d_mean = xp.where(label, xp.sum(through_u, axis=1)[:, None], d_mean)
+        d_var = xp.where(label, ((through_u @ nodes) / root_2v_y)[:, None], d_var)
         return P, d_mean, d_var
 
     def expected_log_lik(self, y, mean, var):
@@ -104,23 +143,23 @@ class RobustMaxLikelihood:
 
         Parameters
         ----------
-        y : ndarray of shape (n,) or (n, 1)
-            Integer class labels in 0..K-1.
-        mean, var : ndarray of shape (n, K)
+        y : array of shape (n,) or (n, 1)
+            Integer class labels in 0..K-1 (integer or whole floating values).
+        mean, var : array of shape (n, K)
             Marginal means and variances of the K latent functions.
 
         Returns
         -------
-        ell : ndarray of shape (n, 1)
-        d_mean : ndarray of shape (n, K)
-        d_var : ndarray of shape (n, K)
+        ell : array of shape (n, 1)
+        d_mean : array of shape (n, K)
+        d_var : array of shape (n, K)
         """
-        mean = np.asarray(mean, dtype=float)
-        var = np.asarray(var, dtype=float)
-        idx = _check_labels(y, mean.shape[0], self.n_classes)
-        P, dP_mean, dP_var = self._argmax_probability(idx, mean, var, need_grad=True)
-        gap = self._log_hit - self._log_miss
-        ell = self._log_miss + gap * P
+        xp = backend.input_namespace(y, mean, var)
+        mean, var = _marginals(xp, mean, var)
+        idx = _check_labels(y, mean.shape[0], self.n_classes, xp)
+        P, dP_mean, dP_var = self._argmax_probability(idx, mean, var, True, xp)
+        gap = float(self._log_hit - self._log_miss)
+        ell = float(self._log_miss) + gap * P
         return ell[:, None], gap * dP_mean, gap * dP_var
 
     def argmax_probabilities(self, mean, var):
@@ -128,31 +167,36 @@ class RobustMaxLikelihood:
 
         Parameters
         ----------
-        mean, var : ndarray of shape (n, K)
+        mean, var : array of shape (n, K)
 
         Returns
         -------
-        ndarray of shape (n, K)
+        array of shape (n, K)
         """
-        mean = np.asarray(mean, dtype=float)
-        var = np.asarray(var, dtype=float)
+        xp = backend.input_namespace(mean, var)
+        mean, var = _marginals(xp, mean, var)
         n = mean.shape[0]
-        P = np.column_stack(
-            [self._argmax_probability(np.full(n, k), mean, var, need_grad=False)[0] for k in range(self.n_classes)]
+        device = backend.device_of(mean)
+        P = xp.stack(
+            [
+                self._argmax_probability(xp.full((n,), k, device=device), mean, var, False, xp)[0]
+                for k in range(self.n_classes)
+            ],
+            axis=1,
         )
         # Each column carries its own quadrature error; the events partition the space.
-        return P / P.sum(axis=1, keepdims=True)
+        return P / xp.sum(P, axis=1, keepdims=True)
 
     def predict_proba(self, mean, var):
         """Predictive class probabilities ``P_k (1 - eps) + (1 - P_k) eps / (K - 1)``.
 
         Parameters
         ----------
-        mean, var : ndarray of shape (n, K)
+        mean, var : array of shape (n, K)
 
         Returns
         -------
-        ndarray of shape (n, K)
+        array of shape (n, K)
             Rows sum to one.
         """
         P = self.argmax_probabilities(mean, var)
@@ -170,6 +214,12 @@ class SoftmaxLikelihood:
     derivative, sum_s g'(m + sqrt(v) e_s) e_s / (2 sqrt(v)), becomes a symmetric
     difference that stays bounded as v -> 0 for all variances alike. When
     ``n_samples / 2 >= K`` the draws are also whitened to an exact identity second moment.
+
+    That symmetric difference has a step of sqrt(v), down to sqrt(VAR_FLOOR) = 1e-5, where
+    float32 would keep about two digits of it. So :meth:`expected_log_lik` computes
+    float32 inputs in float64 (the widest float of their device; on a device without
+    float64 the variance derivative keeps about eps32 / sqrt(v) relative accuracy) and
+    returns float32.
 
     Parameters
     ----------
@@ -202,38 +252,55 @@ class SoftmaxLikelihood:
             half = np.linalg.solve(chol, half.T).T
         self._draws = np.concatenate([half, -half])  # (S, K)
 
-    def _latent_draws(self, mean, var):
-        s = np.sqrt(np.maximum(var, VAR_FLOOR))
-        return mean[:, None, :] + s[:, None, :] * self._draws, s  # (n, S, K)
+    def _latent_draws(self, mean, var, xp=np):
+        s = xp.sqrt(xp.maximum(var, VAR_FLOOR))
+        draws = backend.constant(self._draws, mean)
+        return mean[:, None, :] + s[:, None, :] * draws, s, draws  # (n, S, K)
 
     def expected_log_lik(self, y, mean, var):
         """Per-row E_q[log softmax(f)_y] and its derivatives in every latent mean and variance.
 
         Parameters
         ----------
-        y : ndarray of shape (n,) or (n, 1)
-            Integer class labels in 0..K-1.
-        mean, var : ndarray of shape (n, K)
+        y : array of shape (n,) or (n, 1)
+            Integer class labels in 0..K-1 (integer or whole floating values).
+        mean, var : array of shape (n, K)
 
         Returns
         -------
-        ell : ndarray of shape (n, 1)
-        d_mean : ndarray of shape (n, K)
-        d_var : ndarray of shape (n, K)
+        ell : array of shape (n, 1)
+        d_mean : array of shape (n, K)
+        d_var : array of shape (n, K)
         """
-        mean = np.asarray(mean, dtype=float)
-        var = np.asarray(var, dtype=float)
+        xp = backend.input_namespace(y, mean, var)
+        mean, var = _marginals(xp, mean, var)
+        dtype = mean.dtype
+        if xp is not np:
+            # The symmetric difference of the variance derivative needs float64 (above).
+            wide = backend.widest_float(xp, backend.device_of(mean))
+            mean, var = xp.astype(mean, wide), xp.astype(var, wide)
         n = mean.shape[0]
-        idx = _check_labels(y, n, self.n_classes)
-        f, s = self._latent_draws(mean, var)
-        log_p = log_softmax(f, axis=2)
-        rows = np.arange(n)
-        ell = log_p[rows, :, idx].mean(axis=1)
+        idx = _check_labels(y, n, self.n_classes, xp)
+        f, s, draws = self._latent_draws(mean, var, xp)
+        log_p = backend.log_softmax(f, 2, xp)
         # d log softmax(f)_y / d f = onehot(y) - softmax(f).
-        grad = -np.exp(log_p)
-        grad[rows, :, idx] += 1.0
-        d_mean = grad.mean(axis=1)
-        d_var = np.einsum("nsk,sk->nk", grad, self._draws) / (self.n_samples * 2.0 * s)
+        grad = -xp.exp(log_p)
+        if xp is np:
+            # numpy: fancy indexing and an in-place update of the n * S label entries,
+            # cheaper than the full (n, S, K) passes the standard's operations need.
+            rows = np.arange(n)
+            ell = log_p[rows, :, idx].mean(axis=1)
+            grad[rows, :, idx] += 1.0
+            weighted = np.einsum("nsk,sk->nk", grad, draws)
+        else:
+            ell = xp.mean(xp.take_along_axis(log_p, xp.reshape(idx, (-1, 1, 1)), axis=2)[:, :, 0], axis=1)
+            label = _one_hot(idx, self.n_classes, xp)[:, None, :]
+            grad = xp.where(label, grad + 1.0, grad)
+            weighted = xp.sum(grad * draws, axis=1)
+        d_mean = xp.mean(grad, axis=1)
+        d_var = weighted / (self.n_samples * 2.0 * s)
+        if xp is not np and dtype != d_var.dtype:
+            return xp.astype(ell[:, None], dtype), xp.astype(d_mean, dtype), xp.astype(d_var, dtype)
         return ell[:, None], d_mean, d_var
 
     def predict_proba(self, mean, var):
@@ -241,14 +308,14 @@ class SoftmaxLikelihood:
 
         Parameters
         ----------
-        mean, var : ndarray of shape (n, K)
+        mean, var : array of shape (n, K)
 
         Returns
         -------
-        ndarray of shape (n, K)
+        array of shape (n, K)
             Rows sum to one.
         """
-        mean = np.asarray(mean, dtype=float)
-        var = np.asarray(var, dtype=float)
-        f, _ = self._latent_draws(mean, var)
-        return softmax(f, axis=2).mean(axis=1)
+        xp = backend.input_namespace(mean, var)
+        mean, var = _marginals(xp, mean, var)
+        f, _, _ = self._latent_draws(mean, var, xp)
+        return xp.mean(backend.softmax(f, 2, xp), axis=1)

@@ -1,9 +1,9 @@
 """Poisson observations of a log-rate: regression on counts."""
 
 import numpy as np
-from scipy.special import gammaln, logsumexp, wrightomega
 
-from ._quadrature import gauss_hermite
+from .. import backend
+from ._quadrature import as_working_floats, gauss_hermite, rule_like
 
 #: Gauss-Hermite nodes of log_predictive_density (prediction only, so generous).
 _LPD_POINTS = 64
@@ -24,6 +24,14 @@ class PoissonLikelihood:
     ----------
     log_offset : float, default=0.0
         Added to the latent function inside the exponential.
+
+    Notes
+    -----
+    The methods of training and prediction take arrays of any Array API namespace and
+    return arrays of that namespace, on the inputs' device, in the floating dtype of
+    ``mean`` and ``var`` (counts may be integers); numpy inputs (array-likes included)
+    are computed in float64 by the numpy code they always took. :meth:`sample` is numpy
+    only.
     """
 
     #: The expected log-likelihood is not quadratic in f: no exact unit natural step.
@@ -55,8 +63,12 @@ class PoissonLikelihood:
         return np.zeros(0), np.zeros(0)
 
     def d_log_params(self, y, mean, var):
-        """An empty derivative, ndarray of shape (n, 0)."""
-        return np.zeros((np.shape(mean)[0], 0))
+        """An empty derivative, array of shape (n, 0) in the namespace of the inputs."""
+        xp = backend.input_namespace(y, mean, var)
+        if xp is np:
+            return np.zeros((np.shape(mean)[0], 0))
+        (mean,) = as_working_floats(xp, (mean, var), mean)
+        return xp.zeros((mean.shape[0], 0), dtype=mean.dtype, device=backend.device_of(mean))
 
     @staticmethod
     def check_targets(y):
@@ -65,16 +77,25 @@ class PoissonLikelihood:
         Counts are whole numbers, but as in scikit-learn's PoissonRegressor non-negative
         real values are accepted: a rate y = counts / exposure fitted with
         ``sample_weight=exposure`` has the likelihood of the counts (up to a constant).
+        An array of another namespace is checked there (one synchronisation for the
+        counts of bad values) and returned in its namespace, cast to its device's widest
+        float if integer.
         """
-        y = np.asarray(y, dtype=float)
+        xp = backend.input_namespace(y)
+        if xp is np:
+            y = np.asarray(y, dtype=float)
+        elif not xp.isdtype(y.dtype, "real floating"):
+            y = xp.astype(y, backend.widest_float(xp, backend.device_of(y)))
         problems = []
-        non_finite = ~np.isfinite(y)
-        if np.any(non_finite):
-            problems.append(f"{int(non_finite.sum())} NaN or infinite values")
-        finite = y[~non_finite]
-        negative = finite < 0
-        if np.any(negative):
-            problems.append(f"{int(negative.sum())} negative values (smallest {finite.min():g})")
+        non_finite = ~xp.isfinite(y)
+        n_non_finite = int(xp.count_nonzero(non_finite)) if xp is not np else int(non_finite.sum())
+        if n_non_finite:
+            problems.append(f"{n_non_finite} NaN or infinite values")
+        negative = (y < 0) & ~non_finite
+        n_negative = int(xp.count_nonzero(negative)) if xp is not np else int(negative.sum())
+        if n_negative:
+            smallest = float(xp.min(xp.where(negative, y, 0.0)))
+            problems.append(f"{n_negative} negative values (smallest {smallest:g})")
         if problems:
             raise ValueError(
                 "PoissonLikelihood needs counts or rates (finite values >= 0); y holds "
@@ -84,9 +105,16 @@ class PoissonLikelihood:
         return y
 
     # --- the interface of the variational model --------------------------------------
-    def _mean_rate(self, mean, var):
+    def _inputs(self, xp, *arrays, reference):
+        """``arrays`` as the computation takes them: float64 numpy arrays for numpy (lists
+        accepted), the working float of ``reference`` (the latent marginals) otherwise."""
+        if xp is np:
+            return tuple(np.asarray(a, dtype=float) for a in arrays)
+        return as_working_floats(xp, reference, *arrays)
+
+    def _mean_rate(self, mean, var, xp=np):
         """E_q[exp(f + log_offset)] = exp(mean + log_offset + var / 2)."""
-        return np.exp(np.asarray(mean, dtype=float) + self.log_offset + 0.5 * np.asarray(var, dtype=float))
+        return xp.exp(mean + self.log_offset + 0.5 * var)
 
     def expected_log_lik(self, y, mean, var):
         """Per-row E_q[log p(y | f)] and its derivatives in mean and var, in closed form.
@@ -95,18 +123,19 @@ class PoissonLikelihood:
 
         Parameters
         ----------
-        y, mean, var : ndarray of shape (n, 1)
+        y, mean, var : array of shape (n, 1)
             Counts, and the marginal mean and variance of the latent function.
 
         Returns
         -------
-        ell : ndarray of shape (n, 1)
-        d_mean : ndarray of shape (n, 1)
-        d_var : ndarray of shape (n, 1)
+        ell : array of shape (n, 1)
+        d_mean : array of shape (n, 1)
+        d_var : array of shape (n, 1)
         """
-        y = np.asarray(y, dtype=float)
-        rate = self._mean_rate(mean, var)
-        ell = y * (np.asarray(mean, dtype=float) + self.log_offset) - rate - gammaln(y + 1.0)
+        xp = backend.input_namespace(y, mean, var)
+        y, mean, var = self._inputs(xp, y, mean, var, reference=(mean, var))
+        rate = self._mean_rate(mean, var, xp)
+        ell = y * (mean + self.log_offset) - rate - backend.gammaln(y + 1.0, xp)
         return ell, y - rate, -0.5 * rate
 
     def predictive(self, mean, var):
@@ -116,18 +145,30 @@ class PoissonLikelihood:
         ``Var[y] = E[y] + (exp(var) - 1) E[y]^2``: Poisson noise plus the spread of the
         log-normal rate.
         """
-        rate = self._mean_rate(mean, var)
-        return rate, rate + np.expm1(np.asarray(var, dtype=float)) * rate * rate
+        xp = backend.input_namespace(mean, var)
+        mean, var = self._inputs(xp, mean, var, reference=(mean, var))
+        rate = self._mean_rate(mean, var, xp)
+        return rate, rate + xp.expm1(var) * rate * rate
 
     def predictive_covariance(self, mean, cov):
         """Mean (n,) and joint covariance (n, n) of the counts given the latent joint
         posterior N(mean, cov), exact: with rates r = exp(f + log_offset),
         Cov[y_i, y_j] = E[r_i] E[r_j] (exp(cov_ij) - 1) + [i = j] E[r_i]."""
-        rate = self._mean_rate(mean, np.diag(cov))
-        return rate, np.outer(rate, rate) * np.expm1(cov) + np.diag(rate)
+        xp = backend.input_namespace(mean, cov)
+        if xp is np:
+            rate = self._mean_rate(np.asarray(mean, dtype=float), np.asarray(np.diag(cov), dtype=float))
+            return rate, np.outer(rate, rate) * np.expm1(cov) + np.diag(rate)
+        mean, cov = as_working_floats(xp, (mean, cov), mean, cov)
+        rate = self._mean_rate(mean, backend.diagonal(cov, xp), xp)
+        diagonal = xp.where(backend.eye(cov.shape[0], cov) == 1.0, rate[None, :], 0.0)
+        return rate, rate[:, None] * rate[None, :] * xp.expm1(cov) + diagonal
 
     def sample(self, f, rng):
-        """Draws of the counts given latent values ``f`` (any shape)."""
+        """Draws of the counts given latent values ``f`` (any shape).
+
+        numpy only: ``f`` a numpy array and ``rng`` a :class:`numpy.random.Generator`
+        (draws for checks and examples, not part of training or prediction).
+        """
         return rng.poisson(np.exp(np.asarray(f) + self.log_offset)).astype(np.float64)
 
     def log_predictive_density(self, y, mean, var):
@@ -141,21 +182,24 @@ class PoissonLikelihood:
         for var <= 4, at any count, and grows to about 3e-4 nats at var = 25 for y = 0,
         whose integrand is the most skewed.
         """
-        y = np.asarray(y, dtype=float).reshape(-1, 1)
-        eta = np.asarray(mean, dtype=float).reshape(-1, 1) + self.log_offset
+        xp = backend.input_namespace(y, mean, var)
+        shape = np.shape(mean) if xp is np else tuple(mean.shape)
+        y, mean, var = (xp.reshape(a, (-1, 1)) for a in self._inputs(xp, y, mean, var, reference=(mean, var)))
+        eta = mean + self.log_offset
         # A floor keeps v = 0 (where the integrand is a point mass at the mean) finite;
         # every term below depends smoothly on v down to it.
-        v = np.maximum(np.asarray(var, dtype=float).reshape(-1, 1), np.finfo(float).tiny)
+        v = xp.maximum(var, float(xp.finfo(var.dtype).smallest_normal))
         # Mode of -d^2 / (2 v) + y (eta + d) - exp(eta + d) in d = f - mean: it solves
         # d = v (y - exp(eta + d)), i.e. d = v y - W(v exp(eta + v y)) with Lambert's W,
         # taken as Wright's omega of the logarithm so that it cannot overflow.
         # (Any centre would do; the mode makes the rule accurate.)
-        d = v * y - wrightomega(np.log(v) + eta + v * y)
-        v_rate = v * np.exp(eta + d)
-        spread = np.sqrt(2.0 * v / (1.0 + v_rate))  # sqrt(2) / sqrt(curvature at the mode)
-        x, w = gauss_hermite(_LPD_POINTS)
+        d = v * y - backend.wrightomega(xp.log(v) + eta + v * y, xp)
+        v_rate = v * xp.exp(eta + d)
+        spread = xp.sqrt(2.0 * v / (1.0 + v_rate))  # sqrt(2) / sqrt(curvature at the mode)
+        x, w = rule_like(*gauss_hermite(_LPD_POINTS), v)
         nodes = d + spread * x
-        log_f = -0.5 * nodes * nodes / v + y * (eta + nodes) - np.exp(eta + nodes) - gammaln(y + 1.0)
+        log_y_factorial = backend.gammaln(y + 1.0, xp)
+        log_f = -0.5 * nodes * nodes / v + y * (eta + nodes) - xp.exp(eta + nodes) - log_y_factorial
         # p(y) = (spread / sqrt(2 pi v)) * sqrt(pi) * sum_i w_i exp(log_f_i + x_i^2).
-        lpd = logsumexp(log_f + x * x, b=w, axis=1, keepdims=True) - 0.5 * np.log1p(v_rate)
-        return lpd.reshape(np.shape(mean))
+        lpd = backend.logsumexp(log_f + x * x, axis=1, b=w, keepdims=True, xp=xp) - 0.5 * xp.log1p(v_rate)
+        return xp.reshape(lpd, shape)

@@ -1,11 +1,16 @@
 """Student-t observation noise: regression that shrugs off outliers."""
 
-import numpy as np
-from scipy.special import betaln, digamma, gammainccinv, gammaincinv, gammaln, logsumexp, polygamma
+import math
 
-from ._quadrature import check_n_points, gauss_hermite, latent_nodes
+import numpy as np
+from scipy.special import betaln, digamma, gammainccinv, gammaincinv, gammaln, polygamma
+
+from .. import backend
+from ._quadrature import as_working_floats, check_n_points, gauss_hermite, latent_nodes, rule_like
 
 LOG_2PI = np.log(2.0 * np.pi)
+# A Python float (array_api_strict refuses numpy scalars; float32 stays float32 with it).
+_LOG_2PI = float(LOG_2PI)
 #: Below this multiple of df * scale^2 the variance derivative is taken as 0.5 E[g''];
 #: above it, as the derivative of the quadrature sum itself (see expected_log_lik).
 _SMALL_VAR = 1e-6
@@ -83,6 +88,16 @@ class StudentTLikelihood:
         Number of Gauss-Hermite nodes of the expected log-likelihood. More than the 20
         of the classifiers' likelihoods, since log p(y | f) bends more sharply than a
         link function does; the nodes cost little next to the kernel's work.
+
+    Notes
+    -----
+    The methods of training and prediction take arrays of any Array API namespace and
+    return arrays of that namespace, on the inputs' device, in the floating dtype of
+    ``mean`` and ``var``; numpy inputs (array-likes included) are computed in float64 by
+    the numpy code they always took. ``df`` and ``scale`` (and :attr:`log_params`) stay
+    Python floats and numpy arrays on the host: the functions of them alone (``betaln``,
+    ``digamma``, the Gamma quantiles) are scipy's, on scalars. :meth:`sample` is numpy
+    only.
     """
 
     #: The expected log-likelihood is not quadratic in f: no exact unit natural step.
@@ -141,22 +156,42 @@ class StudentTLikelihood:
         nu = self.df
         return -betaln(0.5 * nu, 0.5) - 0.5 * np.log(nu) - np.log(self.scale)
 
-    def _residuals(self, y, mean, var):
-        """y - f at every node, shape (n, n_points)."""
-        return np.asarray(y, dtype=float).reshape(-1, 1) - latent_nodes(self._nodes, mean, var)
+    def _inputs(self, xp, y, mean, var):
+        """(y, mean, var) as the computation takes them, and the rule in their namespace:
+        float64 numpy arrays for numpy (lists accepted), the working float otherwise."""
+        if xp is np:
+            y, mean, var = (np.asarray(a, dtype=float) for a in (y, mean, var))
+            return y, mean, var, self._nodes, self._weights
+        y, mean, var = as_working_floats(xp, (mean, var), y, mean, var)
+        return (y, mean, var) + rule_like(self._nodes, self._weights, mean)
 
-    def _log_density(self, resid):
+    @staticmethod
+    def _residuals(y, mean, var, nodes, xp):
+        """y - f at every node, shape (n, n_points)."""
+        return xp.reshape(y, (-1, 1)) - latent_nodes(nodes, mean, var, xp)
+
+    def _log_density(self, resid, xp=np):
         a2 = self.df * self.scale**2
-        return self._log_norm() - 0.5 * (self.df + 1.0) * np.log1p(resid * resid / a2)
+        return float(self._log_norm()) - 0.5 * (self.df + 1.0) * xp.log1p(resid * resid / a2)
 
     @staticmethod
     def check_targets(y):
-        """Return y as a float array, or raise ValueError if it holds NaN or infinite values."""
-        y = np.asarray(y, dtype=float)
-        bad = ~np.isfinite(y)
-        if np.any(bad):
+        """Return y as a float array, or raise ValueError if it holds NaN or infinite values.
+
+        An array of another namespace is checked there (one synchronisation for the count)
+        and returned in its namespace, cast to its device's widest float if integer.
+        """
+        xp = backend.input_namespace(y)
+        if xp is np:
+            y = np.asarray(y, dtype=float)
+            n_bad = int(np.sum(~np.isfinite(y)))
+        else:
+            if not xp.isdtype(y.dtype, "real floating"):
+                y = xp.astype(y, backend.widest_float(xp, backend.device_of(y)))
+            n_bad = int(xp.count_nonzero(~xp.isfinite(y)))
+        if n_bad:
             raise ValueError(
-                f"StudentTLikelihood needs finite targets; y holds {int(bad.sum())} NaN or "
+                f"StudentTLikelihood needs finite targets; y holds {n_bad} NaN or "
                 "infinite values. Drop or impute those rows before fitting (the Student-t "
                 "noise tolerates outliers, but not missing values)."
             )
@@ -176,32 +211,39 @@ class StudentTLikelihood:
 
         Parameters
         ----------
-        y, mean, var : ndarray of shape (n, 1)
+        y, mean, var : array of shape (n, 1)
             Targets, and the marginal mean and variance of the latent function.
 
         Returns
         -------
-        ell : ndarray of shape (n, 1)
-        d_mean : ndarray of shape (n, 1)
-        d_var : ndarray of shape (n, 1)
+        ell : array of shape (n, 1)
+        d_mean : array of shape (n, 1)
+        d_var : array of shape (n, 1)
         """
-        shape = np.shape(mean)
-        var = np.asarray(var, dtype=float).reshape(-1, 1)
-        resid = self._residuals(y, mean, var)
+        xp = backend.input_namespace(y, mean, var)
+        shape = np.shape(mean) if xp is np else tuple(mean.shape)
+        y, mean, var, nodes, w = self._inputs(xp, y, mean, var)
+        var = xp.reshape(var, (-1, 1))
+        resid = self._residuals(y, mean, var, nodes, xp)
         nu, a2 = self.df, self.df * self.scale**2
-        w = self._weights
         total = a2 + resid * resid
-        ell = self._log_density(resid) @ w
+        ell = self._log_density(resid, xp) @ w
         # g'(f) = (df + 1) (y - f) / (df scale^2 + (y - f)^2).
         d1 = (nu + 1.0) * resid / total
         d_mean = d1 @ w
         small = var[:, 0] <= _SMALL_VAR * a2
-        root = np.sqrt(2.0 * np.maximum(var[:, 0], _SMALL_VAR * a2))
-        d_var = (d1 @ (w * self._nodes)) / root
-        if np.any(small):
-            d2 = (nu + 1.0) * (resid[small] ** 2 - a2) / total[small] ** 2
-            d_var[small] = 0.5 * (d2 @ w)
-        return ell.reshape(shape), d_mean.reshape(shape), d_var.reshape(shape)
+        root = xp.sqrt(2.0 * xp.maximum(var[:, 0], _SMALL_VAR * a2))
+        d_var = (d1 @ (w * nodes)) / root
+        if xp is np:
+            if np.any(small):
+                d2 = (nu + 1.0) * (resid[small] ** 2 - a2) / total[small] ** 2
+                d_var[small] = 0.5 * (d2 @ w)
+        else:
+            # Every row, then a selection: no boolean indexing (its size is data-dependent,
+            # a synchronisation on a GPU) and no in-place write.
+            d2 = (nu + 1.0) * (resid**2 - a2) / total**2
+            d_var = xp.where(small, 0.5 * (d2 @ w), d_var)
+        return xp.reshape(ell, shape), xp.reshape(d_mean, shape), xp.reshape(d_var, shape)
 
     def d_log_params(self, y, mean, var):
         """Per-row derivatives of the expected log-likelihood in the learned log-parameters.
@@ -211,22 +253,32 @@ class StudentTLikelihood:
 
         Returns
         -------
-        ndarray of shape (n, n_params)
-            Columns in the order of :attr:`param_names`.
+        array of shape (n, n_params)
+            Columns in the order of :attr:`param_names`, in the namespace and on the
+            device of the inputs.
         """
-        resid = self._residuals(y, mean, var)
+        xp = backend.input_namespace(y, mean, var)
+        y, mean, var, nodes, w = self._inputs(xp, y, mean, var)
+        resid = self._residuals(y, mean, var, nodes, xp)
         nu, a2 = self.df, self.df * self.scale**2
-        w = self._weights
         # share = (y - f)^2 / (df scale^2 + (y - f)^2), in [0, 1).
         share = resid * resid / (a2 + resid * resid)
         columns = []
         if self._bounds["df"] is not None:
-            d_norm = 0.5 * nu * (digamma(0.5 * (nu + 1.0)) - digamma(0.5 * nu)) - 0.5
-            per_node = -0.5 * nu * np.log1p(resid * resid / a2) + 0.5 * (nu + 1.0) * share
+            d_norm = float(0.5 * nu * (digamma(0.5 * (nu + 1.0)) - digamma(0.5 * nu)) - 0.5)
+            per_node = -0.5 * nu * xp.log1p(resid * resid / a2) + 0.5 * (nu + 1.0) * share
             columns.append(d_norm + per_node @ w)
         if self._bounds["scale"] is not None:
             columns.append(-1.0 + (nu + 1.0) * (share @ w))
-        return np.stack(columns, axis=1) if columns else np.zeros((resid.shape[0], 0))
+        if columns:
+            return xp.stack(columns, axis=1)
+        if xp is np:
+            return np.zeros((resid.shape[0], 0))
+        return xp.zeros((resid.shape[0], 0), dtype=resid.dtype, device=backend.device_of(resid))
+
+    def _noise_variance(self):
+        """Variance of the Student-t noise, ``scale^2 df / (df - 2)``, infinite for df <= 2."""
+        return self.scale**2 * self.df / (self.df - 2.0) if self.df > 2.0 else math.inf
 
     def predictive(self, mean, var):
         """Mean and variance of y under the predictive distribution.
@@ -235,18 +287,24 @@ class StudentTLikelihood:
         (the noise then has no variance). The mean is ``mean`` (for df <= 1, where the
         noise has no mean either, it is the predictive median).
         """
-        mean = np.asarray(mean, dtype=float)
-        noise = self.scale**2 * self.df / (self.df - 2.0) if self.df > 2.0 else np.inf
-        return mean, np.asarray(var, dtype=float) + noise
+        if backend.input_namespace(mean, var) is np:
+            mean, var = np.asarray(mean, dtype=float), np.asarray(var, dtype=float)
+        return mean, var + self._noise_variance()
 
     def predictive_covariance(self, mean, cov):
         """Mean (n,) and joint covariance (n, n) of y given the latent joint posterior: the
         noise of each row is independent, with variance ``scale^2 df / (df - 2)``."""
-        noise = self.predictive(np.zeros(1), np.zeros(1))[1][0]
+        noise = self._noise_variance()
+        if backend.input_namespace(mean, cov) is not np:
+            return mean, cov + noise * backend.eye(cov.shape[0], cov)
         return mean, cov + noise * np.eye(cov.shape[0])
 
     def sample(self, f, rng):
-        """Draws of y given latent values ``f`` (any shape): f plus scaled Student-t noise."""
+        """Draws of y given latent values ``f`` (any shape): f plus scaled Student-t noise.
+
+        numpy only: ``f`` a numpy array and ``rng`` a :class:`numpy.random.Generator`
+        (draws for checks and examples, not part of training or prediction).
+        """
         return f + self.scale * rng.standard_t(self.df, size=np.shape(f))
 
     def log_predictive_density(self, y, mean, var):
@@ -261,34 +319,54 @@ class StudentTLikelihood:
         out at most 1e-17 of the mass: its ends are quantiles of two Gamma laws that bound
         the integrand's tails. The sum is formed with logsumexp, so far outliers neither
         underflow nor lose digits.
-        """
-        y = np.asarray(y, dtype=float).reshape(-1, 1)
-        mean = np.asarray(mean, dtype=float).reshape(-1, 1)
-        var = np.asarray(var, dtype=float).reshape(-1, 1)
-        out = np.empty(y.shape)
-        for start in range(0, y.shape[0], _BLOCK_ROWS):
-            rows = slice(start, start + _BLOCK_ROWS)
-            out[rows] = self._scale_mixture_lpd(y[rows], mean[rows], var[rows])
-        return out.reshape(np.shape(mean))
 
-    def _scale_mixture_lpd(self, y, mean, var):
+        The grid's length depends on the data, so for a namespace other than numpy each
+        block of 4096 rows costs one synchronisation with the host (a single scalar).
+        """
+        xp = backend.input_namespace(y, mean, var)
+        if xp is np:
+            y = np.asarray(y, dtype=float).reshape(-1, 1)
+            mean = np.asarray(mean, dtype=float).reshape(-1, 1)
+            var = np.asarray(var, dtype=float).reshape(-1, 1)
+            out = np.empty(y.shape)
+            for start in range(0, y.shape[0], _BLOCK_ROWS):
+                rows = slice(start, start + _BLOCK_ROWS)
+                out[rows] = self._scale_mixture_lpd(y[rows], mean[rows], var[rows])
+            return out
+        y, mean, var = (xp.reshape(a, (-1, 1)) for a in as_working_floats(xp, (mean, var), y, mean, var))
+        blocks = []
+        n = y.shape[0]
+        for start in range(0, n, _BLOCK_ROWS):
+            rows = slice(start, min(start + _BLOCK_ROWS, n))  # the standard has no clipping
+            blocks.append(self._scale_mixture_lpd(y[rows, :], mean[rows, :], var[rows, :], xp))
+        return xp.concat(blocks, axis=0) if blocks else xp.zeros_like(mean)
+
+    def _scale_mixture_lpd(self, y, mean, var, xp=np):
         k = 0.5 * self.df
         r2 = ((y - mean) / self.scale) ** 2
-        v = np.maximum(var, 0.0) / self.scale**2
+        v = xp.maximum(var, 0.0) / self.scale**2
         # With Phi(u) the log-integrand, Phi'(u) <= k + 1/2 - k e^u (the posterior of lam
         # for y = mean, v = 0) and Phi'(u) >= k - (k + r2 / 2) e^u, so beyond the quantiles
         # below Phi falls at least as fast as the log-density of those two Gamma laws.
-        u_lo = np.log(gammaincinv(k, _LEFT_OUT)) - np.log(k + 0.5 * r2)
-        u_hi = np.full_like(u_lo, np.log(gammainccinv(k + 0.5, _LEFT_OUT)) - np.log(k))
+        u_lo = float(np.log(gammaincinv(k, _LEFT_OUT))) - xp.log(k + 0.5 * r2)
+        u_hi = xp.full_like(u_lo, float(np.log(gammainccinv(k + 0.5, _LEFT_OUT)) - np.log(k)))
         # The posterior of u has a standard deviation of about sqrt(trigamma(k + 1/2)),
         # the narrowest feature the grid must resolve.
-        step = min(_MAX_STEP, 0.5 * np.sqrt(polygamma(1, k + 0.5)))
+        step = float(min(_MAX_STEP, 0.5 * np.sqrt(polygamma(1, k + 0.5))))
         span = u_hi - u_lo  # (a NaN target gives a NaN row, not a failure here)
-        n_grid = int(np.ceil(np.max(span, initial=step, where=np.isfinite(span)) / step)) + 1
+        if xp is np:
+            widest = np.max(span, initial=step, where=np.isfinite(span))
+        else:
+            # The one host synchronisation of the block: the grid's length.
+            widest = step
+            if span.shape[0]:
+                widest = max(step, float(xp.max(xp.where(xp.isfinite(span), span, step))))
+        n_grid = int(np.ceil(widest / step)) + 1
         h = span / (n_grid - 1)
-        u = u_lo + h * np.arange(n_grid)
-        with np.errstate(divide="ignore"):
-            log_s = np.logaddexp(np.log(v), -u)  # log of (var + scale^2 / lam) / scale^2
-        log_gamma = k * np.log(k) - gammaln(k) + k * u - k * np.exp(u)
-        log_normal = -0.5 * (LOG_2PI + log_s) - 0.5 * r2 * np.exp(-log_s)
-        return logsumexp(log_gamma + log_normal, axis=1, keepdims=True) + np.log(h) - np.log(self.scale)
+        u = u_lo + h * xp.arange(n_grid, dtype=h.dtype, device=backend.device_of(h))
+        with np.errstate(divide="ignore"):  # v = 0 (also for libraries computing with numpy)
+            log_s = xp.logaddexp(xp.log(v), -u)  # log of (var + scale^2 / lam) / scale^2
+        log_gamma = float(k * np.log(k) - gammaln(k)) + k * u - k * xp.exp(u)
+        log_normal = -0.5 * (_LOG_2PI + log_s) - 0.5 * r2 * xp.exp(-log_s)
+        lpd = backend.logsumexp(log_gamma + log_normal, axis=1, keepdims=True, xp=xp)
+        return lpd + xp.log(h) - float(np.log(self.scale))
