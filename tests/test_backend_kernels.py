@@ -27,8 +27,7 @@ from sklearn.gaussian_process.kernels import (
 from skgp_sparse import backend as be
 from skgp_sparse.kernels import compile_kernel
 
-xs = pytest.importorskip("array_api_strict")
-from array_api_strict._array_object import Array as StrictArray  # noqa: E402
+from ._array_libs import Lib, StrictArray, close, xs
 
 KERNELS = {
     "rbf": lambda: RBF(1.3),
@@ -81,46 +80,9 @@ GENERIC = {
 }
 
 
-class Lib:
-    """Puts numpy test data into one library and device."""
-
-    def __init__(self, name):
-        self.name = name
-        if name == "torch":
-            self.torch = pytest.importorskip("torch")
-        self.device = {"strict_device1": xs.Device("device1"), "strict_no_float64": xs.Device("no_float64")}.get(name)
-
-    def __call__(self, x):
-        if self.name == "torch":
-            return self.torch.asarray(np.array(x))
-        return xs.asarray(np.asarray(x), device=self.device)
-
-    @property
-    def array_type(self):
-        return self.torch.Tensor if self.name == "torch" else StrictArray
-
-    def check(self, out, dtype):
-        """``out`` is an array of this library, on its device, of numpy dtype ``dtype``."""
-        assert type(out) is self.array_type, type(out)
-        if self.device is not None:
-            assert be.device_of(out) == self.device
-        host = be.to_numpy(out)
-        assert host.dtype == dtype, (host.dtype, dtype)
-        return host
-
-
 @pytest.fixture(params=["strict_device1", "torch"])
 def lib(request):
     return Lib(request.param)
-
-
-def close(actual, expected, rtol, scale=None):
-    """Entrywise relative agreement with an absolute floor of ``rtol * scale``; the scale
-    defaults to the largest entry of ``expected``."""
-    expected = np.asarray(expected, dtype=np.float64)
-    if scale is None:
-        scale = np.max(np.abs(expected)) if expected.size else 0.0
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * scale + 1e-300)
 
 
 def _data(dtype, seed=0, m=6, n=8, d=3):

@@ -35,8 +35,7 @@ from skgp_sparse.likelihoods import (
     StudentTLikelihood,
 )
 
-xs = pytest.importorskip("array_api_strict")
-from array_api_strict._array_object import Array as StrictArray  # noqa: E402
+from ._array_libs import Lib, StrictArray, close, xs
 
 RTOL = {np.float64: 1e-12, np.float32: 2e-5}
 RTOL_F32 = RTOL[np.float32]
@@ -44,52 +43,9 @@ DTYPES = [np.float64, np.float32]
 DTYPE_IDS = ["f64", "f32"]
 
 
-class Lib:
-    """Puts numpy test data into one library and device."""
-
-    def __init__(self, name):
-        self.name = name
-        if name == "torch":
-            self.torch = pytest.importorskip("torch")
-        self.device = {"strict_device1": xs.Device("device1"), "strict_no_float64": xs.Device("no_float64")}.get(name)
-
-    def __call__(self, x):
-        x = np.asarray(x)
-        if self.name == "torch":
-            return self.torch.asarray(x.copy())
-        return xs.asarray(x, device=self.device)
-
-    @property
-    def array_type(self):
-        return self.torch.Tensor if self.name == "torch" else StrictArray
-
-    def check(self, out, dtype):
-        """``out`` is an array of this library, on its device, of numpy dtype ``dtype``."""
-        assert type(out) is self.array_type, type(out)
-        if self.device is not None:
-            assert be.device_of(out) == self.device
-        host = be.to_numpy(out)
-        assert host.dtype == dtype, (host.dtype, dtype)
-        return host
-
-
 @pytest.fixture(params=["strict_device1", "torch"])
 def lib(request):
     return Lib(request.param)
-
-
-def close(actual, expected, rtol, scale=None):
-    """Entrywise relative agreement with an absolute floor of ``rtol * scale``; the scale
-    defaults to the largest finite entry of ``expected``. Infinite and NaN entries must
-    match exactly."""
-    actual = np.asarray(actual, dtype=np.float64)
-    expected = np.asarray(expected, dtype=np.float64)
-    assert actual.shape == expected.shape, (actual.shape, expected.shape)
-    finite = np.isfinite(expected)
-    np.testing.assert_array_equal(actual[~finite], expected[~finite])
-    if scale is None:
-        scale = np.max(np.abs(expected[finite]), initial=0.0)
-    np.testing.assert_allclose(actual[finite], expected[finite], rtol=rtol, atol=rtol * scale + 1e-300)
 
 
 # --------------------------------------------------------------------------------------

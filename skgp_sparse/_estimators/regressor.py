@@ -7,7 +7,7 @@ import numpy as np
 from sklearn.base import RegressorMixin, _fit_context
 from sklearn.exceptions import DataConversionWarning
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from ..kernels import compile_kernel
 from ..likelihoods import GaussianLikelihood, NoiseParameter, PoissonLikelihood, StudentTLikelihood

@@ -1,0 +1,59 @@
+"""Test data in another array library: array_api_strict (on a chosen device) or PyTorch on the CPU.
+
+Shared by the tests that run the package on arrays of libraries other than numpy.
+"""
+
+import numpy as np
+import pytest
+
+from skgp_sparse import backend as be
+
+xs = pytest.importorskip("array_api_strict")
+from array_api_strict._array_object import Array as StrictArray  # noqa: E402
+
+#: The strict devices used: "device1" refuses every conversion to numpy; "no_float64" is a
+#: device without float64, like some GPUs.
+STRICT_DEVICES = {"strict_device1": "device1", "strict_no_float64": "no_float64"}
+
+
+class Lib:
+    """Puts numpy test data into one library and device."""
+
+    def __init__(self, name):
+        self.name = name
+        if name == "torch":
+            self.torch = pytest.importorskip("torch")
+        self.device = xs.Device(STRICT_DEVICES[name]) if name in STRICT_DEVICES else None
+
+    def __call__(self, x):
+        x = np.asarray(x)
+        if self.name == "torch":
+            return self.torch.asarray(x.copy())
+        return xs.asarray(x, device=self.device)
+
+    @property
+    def array_type(self):
+        return self.torch.Tensor if self.name == "torch" else StrictArray
+
+    def check(self, out, dtype):
+        """``out`` is an array of this library, on its device, of numpy dtype ``dtype``."""
+        assert type(out) is self.array_type, type(out)
+        if self.device is not None:
+            assert be.device_of(out) == self.device
+        host = be.to_numpy(out)
+        assert host.dtype == dtype, (host.dtype, dtype)
+        return host
+
+
+def close(actual, expected, rtol, scale=None):
+    """Entrywise relative agreement with an absolute floor of ``rtol * scale``; the scale
+    defaults to the largest finite entry of ``expected``. Infinite and NaN entries must
+    match exactly."""
+    actual = np.asarray(actual, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    finite = np.isfinite(expected)
+    np.testing.assert_array_equal(actual[~finite], expected[~finite])
+    if scale is None:
+        scale = np.max(np.abs(expected[finite]), initial=0.0)
+    np.testing.assert_allclose(actual[finite], expected[finite], rtol=rtol, atol=rtol * scale + 1e-300)
