@@ -41,6 +41,22 @@ def test_a_single_chunk_full_batch_fit_is_the_in_memory_fit():
         np.testing.assert_allclose(streamed, in_memory, rtol=1e-8, atol=1e-10)
 
 
+def test_weighted_streamed_fit_is_the_weighted_in_memory_fit():
+    """Sample weights (numpy or Dask) reach a streamed fit as they reach an in-memory one."""
+    X, y, labels = data()
+    weights = np.random.default_rng(1).integers(0, 3, size=600).astype(float)
+    for est, target in ((SparseGPRegressor(**SETTINGS, batch_size=None, max_iter=5, tol=0), y),
+                        (SparseGPClassifier(**SETTINGS, batch_size=None, max_iter=5, tol=0), labels)):
+        in_memory = est.fit(X, target, sample_weight=weights).predict(X)
+        streamed = est.fit(
+            da.from_array(X, chunks=(600, 2)), da.from_array(target, chunks=100),
+            sample_weight=da.from_array(weights, chunks=100),
+        ).predict(X)
+        np.testing.assert_allclose(streamed, in_memory, rtol=1e-8, atol=1e-10)
+        unweighted = est.fit(X, target).predict(X)
+        assert not np.allclose(unweighted, in_memory)
+
+
 def test_fit_streams_one_chunk_at_a_time(monkeypatch):
     """No computation ever covers more rows than one chunk (the initial sample excepted,
     capped here at 150 rows), and every minibatch but an epoch's last is full."""
