@@ -4,6 +4,7 @@ import pickle
 
 import numpy as np
 import pytest
+from sklearn.exceptions import ConvergenceWarning
 
 from skgp_sparse import SparseGPRegressor
 
@@ -123,3 +124,14 @@ def test_log_predictive_density_is_a_normalised_density(inputs, likelihood):
         density = np.exp(reg.log_predictive_density(np.repeat(x, grid.size, axis=0), grid))
         mass = density.sum() * (grid[1] - grid[0])
     assert mass == pytest.approx(1.0, abs=2e-3)
+
+
+def test_student_t_scale_on_its_bound_is_reported(inputs):
+    X, _, rng = inputs
+    y = _latent(X) + 0.1 * rng.standard_t(3.0, size=X.shape[0])
+    reg = SparseGPRegressor(
+        likelihood="student_t", n_inducing=10, noise_variance=1.0, noise_variance_bounds=(0.5, 10.0),
+        normalize_y=False, max_iter=30, random_state=0,
+    )
+    with pytest.warns(ConvergenceWarning, match="Student-t scale .* lower bound .* noise_variance_bounds"):
+        reg.fit(X, y)

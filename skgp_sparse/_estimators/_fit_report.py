@@ -55,6 +55,23 @@ def warn_at_bounds(estimator_name, kernel, tolerance, noise=None):
                 )
 
 
+def warn_scale_at_bounds(estimator_name, likelihood, tolerance):
+    """A ConvergenceWarning when a Student-t scale ended on a bound (the square roots of the
+    regressor's ``noise_variance_bounds``, which the warning names)."""
+    position = likelihood.param_names.index("scale")
+    log_scale = likelihood.log_params[position]
+    low, high = (float(b[position]) for b in likelihood.log_bounds)
+    for side, bound, advice in (("lower", low, "Decrease"), ("upper", high, "Increase")):
+        if _near(log_scale, bound, tolerance):
+            warnings.warn(
+                f"{estimator_name}: the fitted Student-t scale ({np.exp(log_scale):.3g}) is at its {side} "
+                f"bound {np.exp(bound):.3g}, the square root of that of noise_variance_bounds. {advice} "
+                "that bound and calling fit again may find a better value.",
+                ConvergenceWarning,
+                stacklevel=4,
+            )
+
+
 def warn_jitter_above_noise(estimator_name, absolute_jitter, noise_variance):
     """A JitterWarning when the jitter on K(Z, Z) is not small against the noise it competes with."""
     if noise_variance is None or absolute_jitter <= noise_variance:

@@ -18,7 +18,7 @@ from ..optim.fullbatch import optimal_q, optimise_collapsed
 from ..optim.loop import History, settle_variational
 from ..optim.stopping import StoppingRule
 from ._common import feature_scale
-from ._fit_report import warn_at_bounds, warn_jitter_above_noise
+from ._fit_report import warn_at_bounds, warn_jitter_above_noise, warn_scale_at_bounds
 
 #: jitter="auto": the relative jitter on K(Z, Z) is at most this, and the absolute jitter
 #: at most this fraction of the noise variance. The bound loses about jitter / (2 noise)
@@ -259,6 +259,8 @@ def report_fit(name, model, step_tolerance):
         if noise is not None and noise.learned:
             learned_noise = (noise.value, tuple(np.exp(noise.log_bounds)))
         warn_at_bounds(name, model.kernel.to_sklearn(), step_tolerance, learned_noise)
+        if "scale" in getattr(model.likelihood, "param_names", ()):
+            warn_scale_at_bounds(name, model.likelihood, step_tolerance)
     if model.noise is not None:
         scale = float(np.mean(model.kernel.diag(model.state.inducing)))
         warn_jitter_above_noise(name, model.jitter * scale, model.noise.value)
