@@ -85,3 +85,15 @@ def test_classifier_with_a_generic_kernel_matches_the_compiled_twin(data):
     generic = SparseGPClassifier(ConstantKernel(1.0) * OverridingRBF(1.0), **settings).fit(X, labels)
     compiled = SparseGPClassifier(ConstantKernel(1.0) * RBF(1.0), **settings).fit(X, labels)
     np.testing.assert_allclose(generic.predict_proba(X[:20]), compiled.predict_proba(X[:20]), atol=1e-6)
+
+
+def test_the_fixed_inducing_inputs_warning_comes_once_per_fit(data):
+    X, y = data
+    reg = SparseGPRegressor(ConstantKernel(1.0) * OverridingRBF([1.0, 1.0]), n_inducing=15, random_state=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        reg.fit(X, y)
+        reg.elbo(X, y)
+        reg.log_marginal_likelihood(X, y)
+        reg.predict(X[:5])
+    assert sum("inducing inputs stay" in str(w.message) for w in caught) == 1

@@ -57,16 +57,9 @@ class SparseGPBase(BoundMethods, BaseEstimator):
 
     def _build_model(self, kernel, state, n_data):
         likelihood, noise = self._make_likelihood(kernel)
+        # Without an input derivative (kernels on scikit-learn's API) Z cannot be learned;
+        # _initial_model says so once per fit.
         learn_inducing = self.learn_inducing and kernel.has_input_gradient
-        if self.learn_inducing and not kernel.has_input_gradient:
-            warnings.warn(
-                f"{type(self).__name__}: the kernel {kernel.to_sklearn()!r} has parts without an input "
-                "derivative in scikit-learn's kernel API, so the inducing inputs stay at their initial "
-                "values; set learn_inducing=False to silence this, or use kernels of "
-                "skgp_sparse.kernels.COMPILED_KERNELS to learn them",
-                UserWarning,
-                stacklevel=4,
-            )
         return VariationalModel(
             BASES[self.basis], kernel, likelihood, state, n_data, noise=noise,
             learn_inducing=learn_inducing,
@@ -97,6 +90,15 @@ class SparseGPBase(BoundMethods, BaseEstimator):
             # Rows of zero weight are absent from the data: they place no inducing input.
             sample, sample_weight = sample[sample_weight > 0], sample_weight[sample_weight > 0]
         kernel = resolve_kernel(self.kernel, sample.shape[1], feature_scale(sample, sample_weight))
+        if self.learn_inducing and not kernel.has_input_gradient:
+            warnings.warn(
+                f"{type(self).__name__}: the kernel {kernel.to_sklearn()!r} has parts without an input "
+                "derivative in scikit-learn's kernel API, so the inducing inputs stay at their initial "
+                "values; set learn_inducing=False to silence this, or use kernels of "
+                "skgp_sparse.kernels.COMPILED_KERNELS to learn them",
+                UserWarning,
+                stacklevel=5,
+            )
         Z = initial_inducing_points(self, sample, kernel, rng)
         n_outputs, n_covariances = self._latent_shape()
         # With fewer distinct rows than points asked for (clipped, with a warning), the
