@@ -1,6 +1,13 @@
-"""Adam (Kingma and Ba, 2015) over a dict of named arrays, with box bounds."""
+"""Adam (Kingma and Ba, 2015) over a dict of named arrays, with box bounds.
+
+The arrays may belong to any Array API library (numpy, CuPy, torch, ...): each parameter's
+moments live in its own library and on its own device, so that parameters on a GPU (the
+inducing inputs) never leave it while those on the host (the hyperparameters) stay there.
+"""
 
 import numpy as np
+
+from .. import backend
 
 
 class Adam:
@@ -71,18 +78,27 @@ class Adam:
             corr1 = 1.0 - b1**t
             corr2 = 1.0 - b2**t
             g = grads[name]
+            xp = backend.namespace(value, g)
             m = self._m.get(name)
             if m is None or m.shape != g.shape:
-                m = np.zeros_like(g)
-                self._v[name] = np.zeros_like(g)
+                m = xp.zeros_like(g)
+                self._v[name] = xp.zeros_like(g)
             v = self._v[name]
             m = b1 * m + (1.0 - b1) * g
             v = b2 * v + (1.0 - b2) * g * g
             self._m[name], self._v[name] = m, v
-            rate = self.learning_rate * self.step_scales.get(name, 1.0) * scale
-            new = value + rate * (m / corr1) / (np.sqrt(v / corr2) + self.eps)
+            rate = self.learning_rate * self._in_namespace(self.step_scales.get(name, 1.0), value, xp) * scale
+            new = value + rate * (m / corr1) / (xp.sqrt(v / corr2) + self.eps)
             if bounds is not None and name in bounds:
-                low, high = bounds[name]
-                new = np.clip(new, low, high)
+                low, high = (self._in_namespace(b, value, xp) for b in bounds[name])
+                new = xp.clip(new, low, high) if xp is np else xp.minimum(xp.maximum(new, low), high)
             out[name] = new
         return out
+
+    @staticmethod
+    def _in_namespace(factor, like, xp):
+        """A scalar as it is; an array (per-feature step scales, bounds) in ``like``'s
+        library, device and dtype, so that host settings combine with device parameters."""
+        if xp is np or np.ndim(factor) == 0:
+            return factor
+        return backend.to_namespace(factor, xp, device=backend.device_of(like), dtype=like.dtype)
