@@ -100,3 +100,34 @@ def column_variances(kdiag, a, lt_a_list, n_rows):
     for c, lta in enumerate(lt_a_list):
         add_column_squares(prior, lta, var[c])
     return var.T
+
+
+# --------------------------------------------------------------------------------------
+# The same passes for arrays of other libraries (CuPy, PyTorch, array_api_strict): the
+# numpy equivalents stated above, as new arrays (no in-place writes), in standard
+# operations. Numpy arrays never come here; they keep the numba loops.
+# --------------------------------------------------------------------------------------
+def xp_a_adjoint(s_a, a, q_mean, d_mean, h):
+    """``q_mean @ d_mean.T + 2 * (s_a - a) * h`` (see :func:`a_adjoint_inplace`)."""
+    return 2.0 * (s_a - a) * h + q_mean @ d_mean.T
+
+
+def xp_scaled_difference(s_a, a, h):
+    """``2 * (s_a - a) * h`` (see :func:`add_scaled_difference_inplace`)."""
+    return 2.0 * (s_a - a) * h
+
+
+def xp_folded_adjoint(w_k, alpha, d_mean, h):
+    """``alpha @ d_mean.T + 2 * w_k * h`` (see :func:`folded_adjoint_inplace`)."""
+    return 2.0 * w_k * h + alpha @ d_mean.T
+
+
+def xp_column_products(xp, base, a, b):
+    """``base + colsum(a * b)`` (see :func:`add_column_products`)."""
+    return base + xp.sum(a * b, axis=0)
+
+
+def xp_column_variances(xp, kdiag, a, lt_a_list):
+    """:func:`column_variances` for arrays of namespace ``xp``, (B, C)."""
+    prior = kdiag - xp.sum(a * a, axis=0)
+    return xp.stack([xp_column_products(xp, prior, lta, lta) for lta in lt_a_list], axis=1)

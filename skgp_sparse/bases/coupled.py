@@ -19,6 +19,13 @@ a step costs one SYMM and one SYRK for a few more O(M^3) products (the folded fo
 for large enough batches and a well conditioned K_zz, see :func:`marginals`); the fitted
 predictor always uses it, so a test row costs one product. Every formula of the backward
 pass below is checked against finite differences, in both forms, in tests/test_coupled.py.
+
+The state's arrays and X may also be arrays of another library (CuPy, PyTorch,
+array_api_strict; see :mod:`skgp_sparse.backend`): each entry point branches once on the
+namespace, numpy keeping its BLAS/numba path unchanged, and the other namespaces take the
+same formulas in Array API operations (new arrays instead of in-place updates, the
+fallbacks of :mod:`._fused` instead of its numba loops), answering in the inputs'
+namespace and device. tests/test_backend_coupled.py checks them against numpy.
 """
 
 from dataclasses import dataclass
@@ -32,7 +39,13 @@ from ._fused import (
     add_scaled_inplace,
     column_variances,
     folded_adjoint_inplace,
+    xp_a_adjoint,
+    xp_column_products,
+    xp_column_variances,
+    xp_folded_adjoint,
+    xp_scaled_difference,
 )
+from .. import backend as be
 from ..linalg import (
     CholeskyError,
     gram,
@@ -63,6 +76,9 @@ CONJUGATE_NATURAL_STEP = True
 class CoupledState:
     """Variational parameters of the coupled basis.
 
+    The arrays are numpy arrays, or all arrays of one other namespace (then
+    :func:`init_state` keeps a float32 ``inducing`` in float32; numpy states are float64).
+
     Attributes
     ----------
     inducing : ndarray of shape (M, D)
@@ -81,8 +97,8 @@ class CoupledState:
     precision: np.ndarray = None
 
     def copy(self):
-        precision = None if self.precision is None else self.precision.copy()
-        return CoupledState(self.inducing.copy(), self.q_mean.copy(), self.q_sqrt.copy(), precision)
+        precision = None if self.precision is None else _copy(self.precision)
+        return CoupledState(_copy(self.inducing), _copy(self.q_mean), _copy(self.q_sqrt), precision)
 
     def drop_caches(self):
         """Forget what can be recomputed (before a fitted model is stored and pickled)."""
@@ -91,9 +107,26 @@ class CoupledState:
     def precisions(self):
         """S_c^-1 for every covariance."""
         if self.precision is None:
-            inv = [tri_inverse(low) for low in self.q_sqrt]
-            self.precision = np.stack([gram(i, trans=True) for i in inv])
+            xp = be.namespace(self.q_sqrt)
+            if be.is_numpy(xp):
+                inv = [tri_inverse(low) for low in self.q_sqrt]
+                self.precision = np.stack([gram(i, trans=True) for i in inv])
+            else:
+                blocks = _blocks(self.q_sqrt)
+                self.precision = xp.stack([gram(tri_inverse(low), trans=True) for low in blocks])
         return self.precision
+
+
+def _copy(a):
+    """A copy of an array of any namespace."""
+    if isinstance(a, np.ndarray):
+        return a.copy()
+    return be.namespace(a).asarray(a, copy=True)
+
+
+def _blocks(a):
+    """The matrices of a stack (C, M, M), indexed as every namespace allows (no iteration)."""
+    return [a[c, ...] for c in range(a.shape[0])]
 
 
 def init_state(inducing, n_outputs, n_covariances, n_orthogonal=0):
@@ -101,6 +134,14 @@ def init_state(inducing, n_outputs, n_covariances, n_orthogonal=0):
     if n_orthogonal != 0:
         raise ValueError("the coupled basis has no orthogonal inducing set")
     m = inducing.shape[0]
+    xp = be.input_namespace(inducing)
+    if not be.is_numpy(xp):
+        # Another library: its arrays, on the inputs' device, in their floating dtype.
+        dtype = be.working_float(xp, inducing)
+        Z = xp.asarray(xp.astype(inducing, dtype), copy=True)
+        identity = be.eye(m, Z)
+        q_sqrt = xp.stack([identity] * n_covariances)
+        return CoupledState(Z, xp.zeros((m, n_outputs), dtype=dtype, device=be.device_of(Z)), q_sqrt)
     q_sqrt = np.broadcast_to(np.eye(m), (n_covariances, m, m)).copy()
     return CoupledState(np.array(inducing, dtype=np.float64), np.zeros((m, n_outputs)), q_sqrt)
 
@@ -132,10 +173,18 @@ class _TapeBase:
     def whitened_grams(self, h_sum):
         """A diag(h_c) A^T per covariance (h summed over the outputs sharing it), cached:
         the O(B M^2) product shared by the backward pass and the natural step."""
-        if self.h_key is None or not np.array_equal(self.h_key, h_sum):
+        if self.h_key is None or not _same(self.h_key, h_sum):
             self.whitened_gram = [self._gram(h_sum[:, c]) for c in range(h_sum.shape[1])]
-            self.h_key = h_sum.copy()
+            self.h_key = _copy(h_sum)
         return self.whitened_gram
+
+
+def _same(a, b):
+    """Whether two arrays of one namespace are equal (np.array_equal for numpy)."""
+    if isinstance(a, np.ndarray):
+        return np.array_equal(a, b)
+    xp = be.namespace(a, b)
+    return a.shape == b.shape and bool(xp.all(a == b))
 
 
 class _WhitenedTape(_TapeBase):
@@ -144,7 +193,7 @@ class _WhitenedTape(_TapeBase):
     __slots__ = ("a", "lt_a")
 
     def s_minus_i_times(self, state, c, w):
-        low = state.q_sqrt[c]
+        low = state.q_sqrt[c, ...]
         return tri_mm(low, tri_mm(low, w, trans=True)) - w
 
     def cholesky_adjoint(self, lt_low_bar):
@@ -170,6 +219,11 @@ class _WhitenedTape(_TapeBase):
     def a_adjoint(self, state, d_mean, h):
         """dF/dA = m g^T + 2 sum_c (S_c - I) A diag(h_c)."""
         a = self.a
+        if not isinstance(a, np.ndarray):
+            a_bar = xp_a_adjoint(tri_mm(state.q_sqrt[0, ...], self.lt_a[0]), a, state.q_mean, d_mean, h[:, 0])
+            for c in range(1, state.q_sqrt.shape[0]):
+                a_bar = a_bar + xp_scaled_difference(tri_mm(state.q_sqrt[c, ...], self.lt_a[c]), a, h[:, c])
+            return a_bar
         # accumulated in place over S_0 A (a fresh array) to save M x B temporaries
         a_bar = a_adjoint_inplace(tri_mm(state.q_sqrt[0], self.lt_a[0]), a, state.q_mean, d_mean, h[:, 0])
         for c in range(1, state.q_sqrt.shape[0]):
@@ -188,7 +242,7 @@ class _FoldedTape(_TapeBase):
     __slots__ = ("inv_low", "kzx", "s_minus_i", "middle", "middle_kzx")
 
     def s_minus_i_times(self, state, c, w):
-        return mm(self.s_minus_i[c], w)
+        return mm(self.s_minus_i[c, ...], w)
 
     def cholesky_adjoint(self, lt_low_bar):
         return jittered_cholesky_backward(self.low_k, lt_low_bar, self.jitter, inv_low=self.inv_low)
@@ -209,15 +263,21 @@ class _FoldedTape(_TapeBase):
         cond(K_zz) and the scale of h (the natural step falls back to it)."""
         a = tri_mm(self.inv_low, self.kzx)
         self.whitened_gram = [_signed_gram(a, h_sum[:, c]) for c in range(h_sum.shape[1])]
-        self.h_key = h_sum.copy()
+        self.h_key = _copy(h_sum)
         return self.whitened_gram
 
     def kzx_adjoint(self, state, d_mean, h):
         """dF/dK_zx = L_k^-T m g^T + 2 sum_c W_c K_zx diag(h_c)."""
         if self.middle_kzx is None:
             # A second backward pass over the same tape: the first one consumed W K_zx.
-            self.middle_kzx = [sym_mm(w, self.kzx) for w in self.middle]
+            self.middle_kzx = [sym_mm(w, self.kzx) for w in _blocks(self.middle)]
         alpha = tri_mm(self.inv_low, state.q_mean, trans=True)
+        if not isinstance(alpha, np.ndarray):
+            kzx_bar = xp_folded_adjoint(self.middle_kzx[0], alpha, d_mean, h[:, 0])
+            for c in range(1, state.q_sqrt.shape[0]):
+                kzx_bar = kzx_bar + 2.0 * self.middle_kzx[c] * h[:, c]
+            self.middle_kzx = None
+            return kzx_bar
         kzx_bar = folded_adjoint_inplace(self.middle_kzx[0], alpha, d_mean, h[:, 0])
         for c in range(1, state.q_sqrt.shape[0]):
             add_scaled_inplace(kzx_bar, self.middle_kzx[c], h[:, c])
@@ -271,33 +331,45 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
     else:
         kzx, kdiag = kernel(Z, X), kernel.diag(X)
         back_zx = back_diag = None
+    xp = be.namespace(kzx)
+    numpy = be.is_numpy(xp)
     inv_low = None
-    fold_if_stable = need_grad and kzx.dtype == np.float64 and X.shape[0] >= FOLDED_FORM_MIN_ROWS_PER_POINT * Z.shape[0]
+    float64 = np.float64 if numpy else xp.float64
+    fold_if_stable = need_grad and kzx.dtype == float64 and X.shape[0] >= FOLDED_FORM_MIN_ROWS_PER_POINT * Z.shape[0]
     if form == "folded" or (form == "auto" and fold_if_stable):
         inv_low = tri_inverse(low_k)
         # cond(K) <= trace(K) ||K^-1||_2 <= |L|_F^2 |L^-1|_F^2
-        if form == "auto" and np.sum(low_k * low_k) * np.sum(inv_low * inv_low) > FOLDED_FORM_MAX_CONDITION:
+        if form == "auto" and float(xp.sum(low_k * low_k) * xp.sum(inv_low * inv_low)) > FOLDED_FORM_MAX_CONDITION:
             inv_low = None
     if inv_low is None:
         tape = _WhitenedTape()
         tape.a = solve_triangular(low_k, kzx)
-        tape.lt_a = [tri_mm(low, tape.a, trans=True) for low in state.q_sqrt]
+        tape.lt_a = [tri_mm(low, tape.a, trans=True) for low in (state.q_sqrt if numpy else _blocks(state.q_sqrt))]
         mean = mm(tape.a, state.q_mean, trans_a=True)
-        var = column_variances(kdiag, tape.a, tape.lt_a, X.shape[0])
+        if numpy:
+            var = column_variances(kdiag, tape.a, tape.lt_a, X.shape[0])
+        else:
+            var = xp_column_variances(xp, kdiag, tape.a, tape.lt_a)
     else:
         tape = _FoldedTape()
         tape.inv_low, tape.kzx = inv_low, kzx
         tape.s_minus_i = s_minus_identity(state.q_sqrt)
         tape.middle = folded_middle(inv_low, tape.s_minus_i)
-        tape.middle_kzx = [sym_mm(w, kzx) for w in tape.middle]
+        tape.middle_kzx = [sym_mm(w, kzx) for w in (tape.middle if numpy else _blocks(tape.middle))]
         mean = mm(kzx, tri_mm(inv_low, state.q_mean, trans=True), trans_a=True)
-        var = np.empty((len(tape.middle), X.shape[0]))
-        for c, w_k in enumerate(tape.middle_kzx):
-            add_column_products(kdiag, kzx, w_k, var[c])
-        var = var.T
+        if numpy:
+            var = np.empty((len(tape.middle), X.shape[0]))
+            for c, w_k in enumerate(tape.middle_kzx):
+                add_column_products(kdiag, kzx, w_k, var[c])
+            var = var.T
+        else:
+            var = xp.stack([xp_column_products(xp, kdiag, kzx, w_k) for w_k in tape.middle_kzx], axis=1)
     # The positive and negative parts cancel almost exactly far from the data; a tiny
     # negative result is rounding, not a model property.
-    np.maximum(var, 0.0, out=var)
+    if numpy:
+        np.maximum(var, 0.0, out=var)
+    else:
+        var = xp.clip(var, min=0.0)
     if not need_grad:
         return mean, var, None
     tape.low_k, tape.mean = low_k, mean
@@ -312,6 +384,11 @@ def s_minus_identity(q_sqrt):
     """S_c - I = L_c L_c^T - I for every covariance, (C, M, M)."""
     # The factors' strict upper parts are not part of the model (tri_mm ignores them only
     # in its triangular operand).
+    xp = be.namespace(q_sqrt)
+    if not be.is_numpy(xp):
+        return xp.stack(
+            [be.add_to_diagonal(tri_mm(low, xp.tril(low), trans=True, right=True), -1.0, xp) for low in _blocks(q_sqrt)]
+        )
     out = np.stack([tri_mm(low, np.tril(low), trans=True, right=True) for low in q_sqrt])
     for s in out:
         s.flat[:: s.shape[0] + 1] -= 1.0
@@ -320,11 +397,23 @@ def s_minus_identity(q_sqrt):
 
 def folded_middle(inv_low, s_minus_i):
     """W_c = L_k^-T (S_c - I) L_k^-1, (C, M, M), from L_k^-1 and S_c - I."""
+    xp = be.namespace(s_minus_i)
+    if not be.is_numpy(xp):
+        return xp.stack([tri_mm(inv_low, tri_mm(inv_low, s, trans=True), right=True) for s in _blocks(s_minus_i)])
     return np.stack([tri_mm(inv_low, tri_mm(inv_low, s, trans=True), right=True) for s in s_minus_i])
 
 
 def _signed_gram(a, h):
     """A diag(h) A^T, by one SYRK when h has one sign (always, for log-concave likelihoods)."""
+    if not isinstance(h, np.ndarray):
+        xp = be.namespace(a, h)
+        if bool(xp.min(h) == xp.max(h)):
+            return h[0] * gram(a)
+        if bool(xp.all(h <= 0)):
+            return -gram(a * xp.sqrt(-h))
+        if bool(xp.all(h >= 0)):
+            return gram(a * xp.sqrt(h))
+        return mm(a * h, a, trans_b=True)
     if h[0] == h.min() == h.max():
         # Gaussian noise: the same weight on every row.
         return h[0] * gram(a)
@@ -336,7 +425,11 @@ def _signed_gram(a, h):
 
 
 def _summed_var_adjoint(d_var, n_cov):
-    return d_var.sum(axis=1, keepdims=True) if n_cov == 1 else d_var
+    if n_cov != 1:
+        return d_var
+    if isinstance(d_var, np.ndarray):
+        return d_var.sum(axis=1, keepdims=True)
+    return be.namespace(d_var).sum(d_var, axis=1, keepdims=True)
 
 
 def backward(tape, state, d_mean, d_var, fields=("inducing",)):
@@ -378,7 +471,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
     kzz_bar = tape.cholesky_adjoint(lt_low_bar)
     theta_zz, z_zz = tape.back_zz(kzz_bar)
     theta_zx, z_zx = tape.back_zx(kzx_bar)
-    theta_d = tape.back_diag(h.sum(axis=1))
+    theta_d = tape.back_diag(h.sum(axis=1) if isinstance(h, np.ndarray) else be.namespace(h).sum(h, axis=1))
     bars = {"inducing": z_zz + z_zx}
     if "q_mean" in fields:
         bars["q_mean"] = a_g - state.q_mean
@@ -401,6 +494,13 @@ def _q_sqrt_gradient(tape, state, h):
     n_out, n_cov = state.q_mean.shape[1], state.q_sqrt.shape[0]
     outputs_per_cov = n_out if n_cov == 1 else 1
     grams = tape.whitened_grams(h)
+    xp = be.namespace(state.q_sqrt)
+    if not be.is_numpy(xp):
+        bars = []
+        for c, low in enumerate(_blocks(state.q_sqrt)):
+            kl_bar = low - be.eye(low.shape[0], low) / be.diagonal(low, xp)
+            bars.append(xp.tril(2.0 * mm(grams[c], low) - outputs_per_cov * kl_bar))
+        return xp.stack(bars)
     bar = np.empty_like(state.q_sqrt)
     for c, low in enumerate(state.q_sqrt):
         kl_bar = low - np.diag(1.0 / np.diag(low))
@@ -412,6 +512,15 @@ def kl_divergence(kernel, state, jitter, tape=None):
     """KL(q(v) || N(0, I)) summed over outputs (whitened: no kernel matrix needed)."""
     n_out = state.q_mean.shape[1]
     n_cov, m = state.q_sqrt.shape[:2]
+    xp = be.namespace(state.q_sqrt, state.q_mean)
+    if not be.is_numpy(xp):
+        # A 0-d array of the state's namespace (no synchronisation with the host).
+        per_cov = [
+            xp.sum(low * low) - m - 2.0 * xp.sum(xp.log(xp.abs(be.diagonal(low, xp))))
+            for low in _blocks(state.q_sqrt)
+        ]
+        trace_logdet = sum(per_cov[1:], per_cov[0]) * (n_out if n_cov == 1 else 1)
+        return 0.5 * (trace_logdet + xp.sum(state.q_mean * state.q_mean))
     per_cov = np.empty(n_cov)
     for c in range(n_cov):
         low = state.q_sqrt[c]
@@ -447,6 +556,9 @@ def natural_step(tape, state, d_mean, d_var, step):
     h = h_sum / outputs_per_cov
     grams = tape.whitened_grams(h_sum)
     precisions = state.precisions()
+    xp = be.namespace(state.q_sqrt, state.q_mean)
+    if not be.is_numpy(xp):
+        return _xp_natural_step(xp, tape, state, d_mean, h_sum, h, grams, precisions, step, outputs_per_cov)
     new_mean = np.empty_like(state.q_mean)
     new_sqrt = np.empty_like(state.q_sqrt)
     new_prec = np.empty_like(state.q_sqrt)
@@ -480,6 +592,37 @@ def natural_step(tape, state, d_mean, d_var, step):
     return CoupledState(state.inducing, new_mean, new_sqrt, new_prec)
 
 
+def _xp_natural_step(xp, tape, state, d_mean, h_sum, h, grams, precisions, step, outputs_per_cov):
+    """:func:`natural_step` for arrays of another namespace (new arrays, no in-place writes)."""
+    n_cov = state.q_sqrt.shape[0]
+    means, sqrts, precs = [], [], []
+    for c in range(n_cov):
+        prec_old = precisions[c, ...]
+
+        def new_precision(gram):
+            return be.add_to_diagonal((1.0 - step) * prec_old - (2.0 * step / outputs_per_cov) * gram, step, xp)
+
+        prec = new_precision(grams[c])
+        try:
+            low_new = inverse_cholesky_factor(prec)
+        except CholeskyError:
+            if not isinstance(tape, _FoldedTape):
+                raise
+            grams = tape.whitened_grams_of_features(h_sum)
+            prec = new_precision(grams[c])
+            low_new = inverse_cholesky_factor(prec)
+        # The outputs of covariance c (covariance_of_output): all of them, or output c.
+        cols = slice(None) if n_cov == 1 else slice(c, c + 1)
+        shift = (1.0 - step) * mm(prec_old, state.q_mean[:, cols])
+        target = d_mean[:, cols] - 2.0 * h[:, c : c + 1] * tape.mean[:, cols]
+        shift = shift + step * tape.a_times(target)
+        means.append(tri_mm(low_new, tri_mm(low_new, shift, trans=True)))
+        sqrts.append(low_new)
+        precs.append(prec)
+    new_mean = means[0] if n_cov == 1 else xp.concat(means, axis=1)
+    return CoupledState(state.inducing, new_mean, xp.stack(sqrts), xp.stack(precs))
+
+
 @dataclass
 class CoupledPredictor:
     """The fitted coupled model as plain arrays: O(M) per row for the mean, O(M^2) for the variance.
@@ -502,6 +645,15 @@ class CoupledPredictor:
         kzx = kernel(self.inducing_points, X)
         mean = mm(kzx, self.mean_weights, trans_a=True)
         n_cov = self.middle.shape[0]
+        xp = be.namespace(kzx)
+        if not be.is_numpy(xp):
+            middle = _blocks(self.middle)
+            if full_cov:
+                prior = kernel(X)
+                return mean, xp.stack([prior + mm(kzx, mm(w, kzx), trans_a=True) for w in middle])
+            kdiag = kernel.diag(X)
+            var = xp.stack([xp_column_products(xp, kdiag, kzx, mm(w, kzx)) for w in middle], axis=1)
+            return mean, xp.clip(var, min=0.0)
         if full_cov:
             prior = kernel(X)
             cov = np.stack([prior + mm(kzx, mm(self.middle[c], kzx), trans_a=True) for c in range(n_cov)])
@@ -516,4 +668,4 @@ def make_predictor(kernel, state, jitter):
     low_k, _, _ = factor_kzz(kernel, state.inducing, jitter, need_grad=False)
     inv_low = tri_inverse(low_k)
     alpha = mm(inv_low, state.q_mean, trans_a=True)
-    return CoupledPredictor(state.inducing.copy(), alpha, folded_middle(inv_low, s_minus_identity(state.q_sqrt)))
+    return CoupledPredictor(_copy(state.inducing), alpha, folded_middle(inv_low, s_minus_identity(state.q_sqrt)))
