@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import backend
+
 
 class TargetLayout:
     """How the columns of a training target array are laid out.
@@ -193,7 +195,8 @@ class VariationalModel:
         # One variance column per latent function (the mean's columns): latents sharing one
         # covariance (C = 1) broadcast it. The number of latents is not that of the target
         # columns: a K-class label is one column for K latents.
-        var = var if var.shape[1] == mean.shape[1] else np.broadcast_to(var, mean.shape)
+        if var.shape[1] != mean.shape[1]:
+            var = np.broadcast_to(var, mean.shape) if isinstance(var, np.ndarray) else backend.namespace(var).broadcast_to(var, mean.shape)
         return var if self.latent_noise is None else var + self.latent_noise.value
 
     def natural_step_is_exact(self, jointly=True):
@@ -220,6 +223,9 @@ class VariationalModel:
         -------
         BatchResult
         """
+        xp = backend.namespace(X)
+        if not backend.is_numpy(xp):
+            return self._evaluate_xp(xp, X, Y, need_grad)
         scale = self.n_data / X.shape[0]
         mean, var, tape = self._marginals(X, need_grad)
         var = self._per_latent_var(mean, var)
@@ -244,6 +250,44 @@ class VariationalModel:
                 grads["log_noise"] = np.array([d_log_noise])
         if self._learns_likelihood():
             grads["likelihood"] = scale * self._weighted(weights, self.likelihood.d_log_params(Y, mean, var))[0].sum(axis=0)
+        for field in self.learn_fields:
+            grads[field] = field_bars[field]
+        return BatchResult(elbo, grads, tape, d_mean, d_var)
+
+    def _evaluate_xp(self, xp, X, Y, need_grad):
+        """:meth:`evaluate` on rows of another Array API library (``xp``, not numpy).
+
+        The data, the state and the gradients of the state fields stay in ``xp`` on their
+        device; the ELBO and the noise gradient come back as Python floats and the kernel's
+        gradient ``theta_bar`` as a numpy array (one small copy per step: the compiled
+        kernel keeps its hyperparameters on the host).
+        """
+        scale = self.n_data / X.shape[0]
+        mean, var, tape = self._marginals(X, need_grad)
+        var = self._per_latent_var(mean, var)
+        Y, weights, var, extra = self._split(Y, var)
+        ell, d_mean, d_var = self._weighted(weights, *self.likelihood.expected_log_lik(Y, mean, var, **extra))
+        kl = float(self.basis.kl_divergence(self.kernel, self.state, self.jitter, tape))
+        elbo = scale * float(xp.sum(ell)) - kl
+        if not need_grad:
+            return BatchResult(elbo, {}, None, None, None)
+        d_mean = scale * d_mean
+        d_var = scale * d_var
+        if need_grad == "natural":
+            return BatchResult(elbo, {}, tape, d_mean, d_var)
+        theta_bar, field_bars = self.basis.backward(tape, self.state, d_mean, d_var, self.learn_fields)
+        theta_bar = np.array(backend.to_numpy(theta_bar), dtype=np.float64)
+        grads = {"theta": theta_bar}
+        if self.latent_noise is not None:
+            self.latent_noise.scatter_gradient(float(xp.sum(d_var)) * self.latent_noise.value, theta_bar)
+        if self.noise is not None:
+            per_row = self._weighted(weights, self.likelihood.d_log_noise(Y, mean, var, **extra))[0]
+            d_log_noise = self.noise.scatter_gradient(scale * float(xp.sum(per_row)), theta_bar)
+            if d_log_noise is not None and self.noise.learned:
+                grads["log_noise"] = np.array([d_log_noise])
+        if self._learns_likelihood():
+            per_row = self._weighted(weights, self.likelihood.d_log_params(Y, mean, var))[0]
+            grads["likelihood"] = scale * backend.to_numpy(xp.sum(per_row, axis=0))
         for field in self.learn_fields:
             grads[field] = field_bars[field]
         return BatchResult(elbo, grads, tape, d_mean, d_var)
@@ -281,7 +325,7 @@ class VariationalModel:
             mean, var, _ = self._marginals(xb, need_grad=False)
             var = self._per_latent_var(mean, var)
             yb, weights, var, extra = self._split(yb, var)
-            total += float(self._weighted(weights, self.likelihood.expected_log_lik(yb, mean, var, **extra)[0])[0].sum())
+            total += _total(self._weighted(weights, self.likelihood.expected_log_lik(yb, mean, var, **extra)[0])[0])
         return total
 
     def elbo(self, X, Y, chunk_size=4096):
@@ -297,6 +341,8 @@ class VariationalModel:
         """``scale`` times the expected log-likelihood of the rows of ``chunks`` (an
         iterable of (X, Y)) minus the KL, in nats: the exact ELBO when they are every row."""
         kl = self.basis.kl_divergence(self.kernel, self.state, self.jitter)
+        if not isinstance(kl, (float, np.floating, np.ndarray)):
+            kl = float(kl)  # a 0-d array of another library: one float back to the host
         return scale * self.expected_log_lik_sum(chunks) - kl
 
     def diagnostics(self):
@@ -308,6 +354,15 @@ class VariationalModel:
         return self.basis.make_predictor(self.kernel, self.state, self.jitter)
 
 
+def _total(a):
+    """The sum of the entries of ``a`` as a Python float (numpy or another library)."""
+    if isinstance(a, np.ndarray):
+        return float(a.sum())
+    return float(backend.namespace(a).sum(a))
+
+
 def _row_chunks(X, Y, size):
     """(X, Y) in consecutive chunks of ``size`` rows."""
-    return ((X[i : i + size], Y[i : i + size]) for i in range(0, X.shape[0], size))
+    # Stops within the rows and a trailing ellipsis: the Array API's rules of indexing.
+    n = X.shape[0]
+    return ((X[i : min(i + size, n), ...], Y[i : min(i + size, n), ...]) for i in range(0, n, size))

@@ -30,6 +30,8 @@ from ._common import (
     check_basis_options,
     check_n_data,
     check_sample_weight,
+    device_training_rows,
+    dispatch_namespace,
     feature_scale,
     generator_from,
     initial_inducing_points,
@@ -37,10 +39,11 @@ from ._common import (
     latent_white_noise,
     record_fit,
     resolve_kernel,
+    state_to,
     training_rows,
 )
 from ._objective import BoundMethods
-from ._training import StreamState, make_optimisers, run_partial_pass, run_training, starting_jitter
+from ._training import StreamState, batch_rows, make_optimisers, run_partial_pass, run_training, starting_jitter
 
 
 class SparseGPBase(BoundMethods, BaseEstimator):
@@ -132,7 +135,12 @@ class SparseGPBase(BoundMethods, BaseEstimator):
     def _fit(self, X, y, sample_weight):
         check_basis_options(self.basis, self.n_orthogonal, self.backend)
         rng = generator_from(self.random_state)
-        rows, y = training_rows(self, X, y, rng, **self._data_checks)
+        xp = dispatch_namespace(X)
+        if xp is None:
+            rows, y = training_rows(self, X, y, rng, **self._data_checks)
+        else:
+            self._check_device_fit(X)
+            rows, y = device_training_rows(self, X, y, xp, **self._data_checks)
         weights = check_sample_weight(sample_weight, rows.n_rows)
         warm = self.warm_start and hasattr(self, "variational_state_")
         Y = self._fit_targets(y, weights, warm)
@@ -141,6 +149,13 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         else:
             model = self._initial_model(rows.sample, rows.n_rows, rng, rows.sample_weights(weights))
         model.layout, Y = self._layout(Y, weights, self._known_noise(rows.n_rows))
+        if xp is not None:
+            self._check_device_likelihood(model)
+            # The model is built on the host (k-means on the host copy of X); its state and
+            # the target array move to X's device once. Kernel theta and the noise stay on
+            # the host; run_training brings the state back to numpy at the end.
+            model.state = state_to(model.state, rows.to_device)
+            Y = rows.to_device(Y)
         steps_done = self.n_steps_ if warm else 0
         x_scale = feature_scale(rows.sample, rows.sample_weights(weights))
         history, schedule, bound = run_training(self, model, rows, Y, rng, steps_done=steps_done, x_scale=x_scale)
@@ -149,6 +164,34 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         self.n_rows_seen_ = rows.n_rows
         self._stream_state = None
         return self
+
+    def _check_device_fit(self, X):
+        """Refuse, with what to do instead, the fits that do not run yet on arrays of
+        another library (scikit-learn's ``array_api_dispatch``)."""
+        if self.basis != "coupled":
+            raise NotImplementedError(
+                f"{type(self).__name__}: basis={self.basis!r} fits numpy arrays only for now; with "
+                "array_api_dispatch on, arrays of another library are fitted with basis='coupled' "
+                "(or convert X and y to numpy)"
+            )
+        n_rows = X.shape[0]
+        if batch_rows(self, n_rows) >= n_rows:
+            # The full-batch fit (collapsed bound, L-BFGS-B) is numpy-only: no silent transfer.
+            raise NotImplementedError(
+                f"{type(self).__name__}: the full-batch fit (collapsed bound, L-BFGS-B) runs on numpy "
+                f"only for now; with array_api_dispatch on, set batch_size to an int below the number "
+                f"of rows ({n_rows}) for a minibatch fit on the arrays' device, or convert X and y to numpy"
+            )
+
+    def _check_device_likelihood(self, model):
+        from ..likelihoods import GaussianLikelihood
+
+        if type(model.likelihood) is not GaussianLikelihood:
+            raise NotImplementedError(
+                f"{type(self).__name__}: the {type(model.likelihood).__name__} fits numpy arrays only for "
+                "now; with array_api_dispatch on, arrays of another library are fitted with the Gaussian "
+                "likelihood (SparseGPRegressor(likelihood='gaussian')), or convert X and y to numpy"
+            )
 
     def _partial_fit(self, X, y, sample_weight, n_data, classes=None):
         first = not hasattr(self, "variational_state_")

@@ -13,6 +13,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import validate_data
 
+from .. import backend
 from ..bases import BASES, ORTHOGONAL_BASES
 from ..inducing import METHODS as INDUCING_METHODS
 from ..inducing import initial_inducing
@@ -198,6 +199,93 @@ class InMemoryRows:
             return self.X, Y
         rows = np.sort(rng.choice(self.n_rows, n_rows, replace=False))
         return self.X[rows], Y[rows]
+
+
+class DeviceRows(InMemoryRows):
+    """Training rows held as one array of another Array API library (torch, CuPy,
+    array_api_strict, ...), on its device.
+
+    Minibatches are cut there with ``xp.take``; their rows are those the numpy path draws
+    (the same Generator permutation, each batch's rows sorted), sent to the device once
+    per epoch as one index array. ``sample`` is a host (numpy) copy of the rows, used
+    only to initialise (inducing inputs by k-means, feature scales).
+    """
+
+    def __init__(self, X, sample, xp):
+        self.X = X
+        self.sample = sample
+        self.n_rows = X.shape[0]
+        self.xp = xp
+        self.device = backend.device_of(X)
+
+    def _take(self, a, rows):
+        return self.xp.take(a, rows, axis=0)
+
+    def batches(self, Y, batch_size):
+        X, n = self.X, self.n_rows
+
+        def batches(rng):
+            if batch_size >= n:
+                yield X, Y
+                return
+            order = rng.permutation(n)
+            starts = range(0, n, batch_size)
+            host_rows = np.concatenate([np.sort(order[start : start + batch_size]) for start in starts])
+            rows = backend.to_namespace(host_rows, self.xp, device=self.device)
+            for start in starts:
+                part = rows[start : min(start + batch_size, n)]
+                yield self._take(X, part), self._take(Y, part)
+
+        return batches
+
+    def monitor_rows(self, Y, n_rows, rng):
+        if n_rows >= self.n_rows:
+            return self.X, Y
+        rows = np.sort(rng.choice(self.n_rows, n_rows, replace=False))
+        rows = backend.to_namespace(rows, self.xp, device=self.device)
+        return self._take(self.X, rows), self._take(Y, rows)
+
+    def to_device(self, a):
+        """A host array ``a`` (targets, state) in the rows' library, on their device."""
+        return backend.to_namespace(a, self.xp, device=self.device)
+
+
+def dispatch_namespace(X):
+    """The namespace of X when it is an array of a library other than numpy and
+    scikit-learn's ``array_api_dispatch`` is on (``sklearn.config_context``); None
+    otherwise (the fit then converts X to numpy, as it always did)."""
+    if not backend.is_foreign(X):
+        return None
+    from sklearn import get_config
+
+    if not get_config().get("array_api_dispatch", False):
+        return None
+    return backend.namespace(X)
+
+
+def device_training_rows(estimator, X, y, xp, **check_params):
+    """Validate (X, y) of another array library for fit: the rows as :class:`DeviceRows`
+    (X stays in its library and on its device, as float64) and y as numpy.
+
+    The checks of ``validate_data`` (and ``n_features_in_``) run on host copies; y is
+    brought to the host because the target transformations (normalisation, layout) are
+    numpy code; the fit sends the finished target array back to X's device once.
+    """
+    host_X = backend.to_numpy(X)
+    host_y = backend.to_numpy(y) if backend.is_foreign(y) else y
+    host_X, y = validate_data(estimator, host_X, host_y, dtype=np.float64, order="C", **check_params)
+    if X.dtype != xp.float64:
+        X = xp.astype(X, xp.float64)
+    return DeviceRows(X, host_X, xp), y
+
+
+def state_to(state, convert):
+    """A basis state (a dataclass of arrays) with every array passed through ``convert``;
+    cached fields (None) stay None."""
+    import dataclasses
+
+    values = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
+    return type(state)(**{name: None if v is None else convert(v) for name, v in values.items()})
 
 
 def is_dask_collection(a):

@@ -17,7 +17,8 @@ from ..optim import Adam, NaturalStepSchedule, train
 from ..optim.fullbatch import optimal_q, optimise_collapsed
 from ..optim.loop import History, settle_variational
 from ..optim.stopping import StoppingRule
-from ._common import feature_scale
+from .. import backend
+from ._common import feature_scale, state_to
 from ._fit_report import warn_at_bounds, warn_jitter_above_noise, warn_scale_at_bounds
 
 #: jitter="auto": the relative jitter on K(Z, Z) is at most this, and the absolute jitter
@@ -237,8 +238,10 @@ def run_training(estimator, model, rows, Y, rng, steps_done=0, x_scale=None):
         )
         if history.interrupted:
             warn_interrupted(estimator, history)
+            _state_to_host(model)
             return history, schedule, None
         bound = settle_and_bound(model, rows, Y, rng, schedule, batch)
+        _state_to_host(model)
         step_tolerance = estimator.learning_rate
         if not history.converged:
             warnings.warn(
@@ -249,6 +252,14 @@ def run_training(estimator, model, rows, Y, rng, steps_done=0, x_scale=None):
             )
     report_fit(name, model, step_tolerance)
     return history, schedule, bound
+
+
+def _state_to_host(model):
+    """After a fit on arrays of another library: the state as numpy arrays, so that the
+    fitted estimator pickles and predicts anywhere (a no-op for a numpy state)."""
+    inducing = getattr(model.state, "inducing", None)
+    if inducing is not None and not isinstance(inducing, np.ndarray):
+        model.state = state_to(model.state, lambda a: np.array(backend.to_numpy(a), dtype=np.float64))
 
 
 def report_fit(name, model, step_tolerance):

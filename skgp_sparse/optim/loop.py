@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import backend
+
 
 class NonFiniteELBOError(FloatingPointError):
     """The ELBO or its gradient stopped being finite during a fit."""
@@ -64,7 +66,22 @@ def array_batches(X, Y, batch_size):
 
 def _snapshot(model):
     """Copies of everything one step changes: enough to undo a half-committed step."""
-    return model.state, {name: np.array(value, copy=True) for name, value in model.adam_params().items()}
+    return model.state, {name: _copy(value) for name, value in model.adam_params().items()}
+
+
+def _copy(a):
+    """A copy of a parameter: numpy as before, or an array of another library on its device."""
+    if not backend.is_foreign(a):
+        return np.array(a, copy=True)
+    return backend.namespace(a).asarray(a, copy=True)
+
+
+def _all_finite(g):
+    """Whether every entry of a gradient is finite (one bool back from another library)."""
+    if not backend.is_foreign(g):
+        return np.all(np.isfinite(g))
+    xp = backend.namespace(g)
+    return bool(xp.all(xp.isfinite(g)))
 
 
 def _restore(model, snapshot):
@@ -74,7 +91,7 @@ def _restore(model, snapshot):
 
 
 def _check_finite(result, epoch):
-    if not np.isfinite(result.elbo) or not all(np.all(np.isfinite(g)) for g in result.grads.values()):
+    if not np.isfinite(result.elbo) or not all(_all_finite(g) for g in result.grads.values()):
         raise NonFiniteELBOError(
             f"the ELBO or its gradient became non-finite at epoch {epoch}. "
             "Try standardising X and y (normalize_y=True), a smaller learning_rate or "
