@@ -30,6 +30,13 @@ folded step (0.88x its time at M = M2 = 128, batch 1024; docs/bases/solve.md).
 With ``n_orthogonal=0`` every function hands over to the coupled basis, so the model is
 exactly SVGP. Every formula of the backward pass is checked by finite differences in
 tests/test_solve.py.
+
+The state's arrays and X may also be arrays of another library (CuPy, PyTorch,
+array_api_strict; see :mod:`skgp_sparse.backend`): as in the coupled basis, each entry
+point branches once on the namespace, numpy keeping its BLAS/numba path unchanged, and
+the other namespaces take the same formulas in Array API operations (new arrays instead
+of in-place writes, the ``xp_*`` fallbacks of :mod:`._fused`), answering in the inputs'
+namespace and device. tests/test_backend_solve.py checks them against numpy.
 """
 
 from dataclasses import dataclass
@@ -37,7 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import coupled
-from ._fused import add_column_products, add_column_squares, prior_minus_squares
+from ._fused import add_column_products, add_column_squares, prior_minus_squares, xp_column_products
+from .. import backend as be
 from ..linalg import (
     gram,
     jittered_cholesky,
@@ -99,11 +107,12 @@ class SolveState:
 
     def copy(self):
         def maybe(a):
-            return None if a is None else a.copy()
+            return None if a is None else coupled._copy(a)
 
+        cp = coupled._copy
         return SolveState(
-            self.inducing.copy(), self.orthogonal.copy(), self.q_mean.copy(), self.q_sqrt.copy(),
-            self.q_mean_orthogonal.copy(), self.q_sqrt_orthogonal.copy(), self.residual_jitter,
+            cp(self.inducing), cp(self.orthogonal), cp(self.q_mean), cp(self.q_sqrt),
+            cp(self.q_mean_orthogonal), cp(self.q_sqrt_orthogonal), self.residual_jitter,
             maybe(self.precision), maybe(self.precision_orthogonal),
         )
 
@@ -145,7 +154,9 @@ def split_inducing(points, n_orthogonal):
     n_total = points.shape[0]
     n_z = n_total - n_orthogonal
     if n_orthogonal == 0:
-        return points, points[:0]
+        return points, points[:0, ...]
+    if not isinstance(points, np.ndarray):
+        return _xp_split_inducing(points, n_z)
     first = int(np.argmin(np.sum((points - points.mean(axis=0)) ** 2, axis=1)))
     chosen = [first]
     dist = np.sum((points - points[first]) ** 2, axis=1)
@@ -157,6 +168,29 @@ def split_inducing(points, n_orthogonal):
     in_z[chosen] = True
     # Keep the input order within each set (reproducible, and the k-means order).
     return points[in_z], points[~in_z]
+
+
+def _xp_split_inducing(points, n_z):
+    """:func:`split_inducing` for arrays of another namespace (the same traversal)."""
+    xp = be.namespace(points)
+    n_total = points.shape[0]
+
+    def sq_dist(row):
+        diff = points - row
+        return xp.sum(diff * diff, axis=1)
+
+    first = int(xp.argmin(sq_dist(xp.mean(points, axis=0))))
+    chosen = [first]
+    dist = sq_dist(points[first, ...])
+    for _ in range(n_z - 1):
+        nxt = int(xp.argmax(dist))
+        chosen.append(nxt)
+        dist = xp.minimum(dist, sq_dist(points[nxt, ...]))
+    in_z = set(chosen)
+    device = be.device_of(points)
+    z_idx = xp.asarray([i for i in range(n_total) if i in in_z], dtype=xp.int64, device=device)
+    o_idx = xp.asarray([i for i in range(n_total) if i not in in_z], dtype=xp.int64, device=device)
+    return xp.take(points, z_idx, axis=0), xp.take(points, o_idx, axis=0)
 
 
 def init_state(points, n_outputs, n_covariances, n_orthogonal=0):
@@ -173,7 +207,12 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0):
     n_orthogonal : int
         M2, the size of the orthogonal set O.
     """
-    points = np.array(points, dtype=np.float64)
+    xp = be.input_namespace(points)
+    numpy = be.is_numpy(xp)
+    if numpy:
+        points = np.array(points, dtype=np.float64)
+    else:
+        points = xp.asarray(xp.astype(points, be.working_float(xp, points)), copy=True)
     if n_orthogonal < 0:
         raise ValueError(f"n_orthogonal must be >= 0; got {n_orthogonal}")
     if points.shape[0] <= n_orthogonal:
@@ -184,6 +223,14 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0):
         )
     Z, O = split_inducing(points, n_orthogonal)
     m, m2 = Z.shape[0], O.shape[0]
+    if not numpy:
+        dtype, device = Z.dtype, be.device_of(Z)
+        return SolveState(
+            Z, O, xp.zeros((m, n_outputs), dtype=dtype, device=device),
+            xp.stack([xp.eye(m, dtype=dtype, device=device)] * n_covariances),
+            xp.zeros((m2, n_outputs), dtype=dtype, device=device),
+            xp.stack([xp.eye(m2, dtype=dtype, device=device)] * n_covariances),
+        )
     return SolveState(
         np.ascontiguousarray(Z), np.ascontiguousarray(O),
         np.zeros((m, n_outputs)), np.broadcast_to(np.eye(m), (n_covariances, m, m)).copy(),
@@ -209,14 +256,15 @@ def _factors(kernel, state, jitter, need_grad):
     Returns (low_u, used_u, a_uv, low_v, used_v, back_all)."""
     Z, O = state.inducing, state.orthogonal
     m = Z.shape[0]
-    points = np.vstack([Z, O])
+    numpy = isinstance(Z, np.ndarray)
+    points = _stack_points(Z, O)
     if need_grad:
         k_all, back_all = kernel.vjp(points)
     else:
         k_all, back_all = kernel(points), None
-    kuu = np.ascontiguousarray(k_all[:m, :m])
+    kuu = np.ascontiguousarray(k_all[:m, :m]) if numpy else k_all[:m, :m]
     low_u, used_u = jittered_cholesky(kuu, jitter, what="K(Z, Z) of the inducing inputs")
-    a_uv = solve_triangular(low_u, np.ascontiguousarray(k_all[:m, m:]))
+    a_uv = solve_triangular(low_u, np.ascontiguousarray(k_all[:m, m:]) if numpy else k_all[:m, m:])
     cvv = k_all[m:, m:] - gram(a_uv, trans=True)
     # The Schur complement has its own scale and conditioning (O points near Z make it
     # nearly singular): its own relative jitter, remembered in the state once raised.
@@ -229,8 +277,18 @@ def _factors(kernel, state, jitter, need_grad):
     return low_u, used_u, a_uv, low_v, used_v, back_all
 
 
+def _stack_points(Z, O):
+    """[Z; O] in the arrays' namespace."""
+    if isinstance(Z, np.ndarray):
+        return np.vstack([Z, O])
+    return be.namespace(Z, O).concat([Z, O], axis=0)
+
+
 def _condition_bound(low, inv_low):
     """An upper bound on cond(L L^T): trace(K) ||K^-1||_2 <= |L|_F^2 |L^-1|_F^2."""
+    if not isinstance(low, np.ndarray):
+        xp = be.namespace(low, inv_low)
+        return float(xp.sum(low * low) * xp.sum(inv_low * inv_low))
     return np.sum(low * low) * np.sum(inv_low * inv_low)
 
 
@@ -241,7 +299,8 @@ def _folded_block(low, inv_low, jitter, kzx, q_mean, q_sqrt):
     tape.low_k, tape.inv_low, tape.kzx, tape.jitter = low, inv_low, kzx, jitter
     tape.s_minus_i = coupled.s_minus_identity(q_sqrt)
     tape.middle = coupled.folded_middle(inv_low, tape.s_minus_i)
-    tape.middle_kzx = [sym_mm(w, kzx) for w in tape.middle]
+    middle = tape.middle if isinstance(kzx, np.ndarray) else coupled._blocks(tape.middle)
+    tape.middle_kzx = [sym_mm(w, kzx) for w in middle]
     tape.mean = mm(kzx, tri_mm(inv_low, q_mean, trans=True), trans_a=True)
     tape.back_zz = tape.back_zx = tape.back_diag = None
     tape.h_key = tape.whitened_gram = None
@@ -288,13 +347,17 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
     with_vjp = bool(need_grad) and need_grad != "natural"
     low_u, used_u, a_uv, low_v, used_v, back_all = _factors(kernel, state, jitter, with_vjp)
     m, m2 = state.inducing.shape[0], state.orthogonal.shape[0]
-    points = np.vstack([state.inducing, state.orthogonal])
+    points = _stack_points(state.inducing, state.orthogonal)
     if with_vjp:
         k_cross, back_cross = kernel.vjp(points, X)
         kdiag, back_diag = kernel.diag_vjp(X)
     else:
         k_cross, kdiag = kernel(points, X), kernel.diag(X)
         back_cross = back_diag = None
+    xp = be.namespace(k_cross)
+    if not be.is_numpy(xp):
+        return _xp_marginals(xp, X, state, need_grad, form, low_u, used_u, a_uv, low_v, used_v,
+                             back_all, k_cross, back_cross, kdiag, back_diag)
     inv_u = inv_v = None
     fold_if_stable = (need_grad and k_cross.dtype == np.float64
                       and X.shape[0] >= coupled.FOLDED_FORM_MIN_ROWS_PER_POINT * max(m, m2))
@@ -334,6 +397,52 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
     var = var.T
     # Differences of large terms far from the data: a tiny negative is rounding.
     np.maximum(var, 0.0, out=var)
+    mean = tape.u.mean + tape.v.mean
+    if not need_grad:
+        return mean, var, None
+    tape.low_u, tape.low_v, tape.a_uv = low_u, low_v, a_uv
+    tape.jitter, tape.jitter_v = used_u, used_v
+    tape.back_all, tape.back_cross, tape.back_diag = back_all, back_cross, back_diag
+    tape.n_z = m
+    return mean, var, tape
+
+
+def _xp_marginals(xp, X, state, need_grad, form, low_u, used_u, a_uv, low_v, used_v,
+                  back_all, k_cross, back_cross, kdiag, back_diag):
+    """The rest of :func:`marginals` for arrays of another namespace (new arrays, no
+    in-place writes; the same formulas)."""
+    m, m2 = state.inducing.shape[0], state.orthogonal.shape[0]
+    inv_u = inv_v = None
+    fold_if_stable = (need_grad and k_cross.dtype == xp.float64
+                      and X.shape[0] >= coupled.FOLDED_FORM_MIN_ROWS_PER_POINT * max(m, m2))
+    if form == "folded" or (form == "auto" and fold_if_stable):
+        inv_u, inv_v = tri_inverse(low_u), tri_inverse(low_v)
+        limit = coupled.FOLDED_FORM_MAX_CONDITION
+        if form == "auto" and (_condition_bound(low_u, inv_u) > limit or _condition_bound(low_v, inv_v) > limit):
+            inv_u = inv_v = None
+    tape = _Tape()
+    tape.coupled_tape, tape.inv_u, tape.inv_v, tape.r = None, inv_u, inv_v, None
+    kux, kvx = k_cross[:m, ...], k_cross[m:, ...]
+    if inv_u is None:
+        b = solve_triangular(low_u, kux)
+        d = solve_triangular(low_v, kvx - mm(a_uv, b, trans_a=True))
+        mean_u = mm(b, state.q_mean, trans_a=True)
+        mean_v = mm(d, state.q_mean_orthogonal, trans_a=True)
+        lt_b = [tri_mm(low, b, trans=True) for low in coupled._blocks(state.q_sqrt)]
+        lt_d = [tri_mm(low, d, trans=True) for low in coupled._blocks(state.q_sqrt_orthogonal)]
+        prior = (kdiag - xp.sum(b * b, axis=0)) - xp.sum(d * d, axis=0)
+        var = xp.stack([xp_column_products(xp, xp_column_products(xp, prior, lb, lb), ld, ld)
+                        for lb, ld in zip(lt_b, lt_d)], axis=1)
+        tape.u = coupled._WhitenedTape.of_features(b, lt_b, mean_u)
+        tape.v = coupled._WhitenedTape.of_features(d, lt_d, mean_v)
+    else:
+        tape.r = tri_mm(inv_u, a_uv, trans=True)
+        cvx = kvx - mm(tape.r, kux, trans_a=True)
+        tape.u = _folded_block(low_u, inv_u, used_u, kux, state.q_mean, state.q_sqrt)
+        tape.v = _folded_block(low_v, inv_v, used_v, cvx, state.q_mean_orthogonal, state.q_sqrt_orthogonal)
+        var = xp.stack([xp_column_products(xp, xp_column_products(xp, kdiag, kux, wu), cvx, wv)
+                        for wu, wv in zip(tape.u.middle_kzx, tape.v.middle_kzx)], axis=1)
+    var = xp.clip(var, min=0.0)
     mean = tape.u.mean + tape.v.mean
     if not need_grad:
         return mean, var, None
@@ -390,9 +499,11 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal")):
     if tape.coupled_tape is not None:
         cfields = tuple(f for f in fields if f in ("inducing", "q_mean", "q_sqrt"))
         theta_bar, bars = coupled.backward(tape.coupled_tape, state.block_u(), d_mean, d_var, cfields)
-        empty = {"orthogonal": np.zeros_like(state.orthogonal),
-                 "q_mean_orthogonal": np.zeros_like(state.q_mean_orthogonal),
-                 "q_sqrt_orthogonal": np.zeros_like(state.q_sqrt_orthogonal)}
+        numpy = isinstance(state.orthogonal, np.ndarray)
+        zeros_like = np.zeros_like if numpy else be.namespace(state.orthogonal).zeros_like
+        empty = {"orthogonal": zeros_like(state.orthogonal),
+                 "q_mean_orthogonal": zeros_like(state.q_mean_orthogonal),
+                 "q_sqrt_orthogonal": zeros_like(state.q_sqrt_orthogonal)}
         return theta_bar, {name: bars[name] if name in bars else empty[name] for name in fields}
     m = tape.n_z
     h = coupled._summed_var_adjoint(d_var, state.q_sqrt.shape[0])
@@ -400,15 +511,23 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal")):
     adjoints = _adjoints_whitened if tape.inv_u is None else _adjoints_folded
     kux_bar, kvx_bar, kuu_bar, kuv_bar, cvv_bar, b_g, d_g = adjoints(tape, block_u, block_v, d_mean, h)
     m2 = cvv_bar.shape[0]
-    k_all_bar = np.zeros((m + m2, m + m2))
-    k_all_bar[:m, :m] = kuu_bar
-    k_all_bar[:m, m:] = kuv_bar
-    k_all_bar[m:, m:] = cvv_bar
-    theta_all, points_all = tape.back_all(k_all_bar)
-    theta_cross, points_cross = tape.back_cross(np.vstack([kux_bar, kvx_bar]))
-    theta_d = tape.back_diag(h.sum(axis=1))
+    if isinstance(cvv_bar, np.ndarray):
+        k_all_bar = np.zeros((m + m2, m + m2))
+        k_all_bar[:m, :m] = kuu_bar
+        k_all_bar[:m, m:] = kuv_bar
+        k_all_bar[m:, m:] = cvv_bar
+        theta_all, points_all = tape.back_all(k_all_bar)
+        theta_cross, points_cross = tape.back_cross(np.vstack([kux_bar, kvx_bar]))
+        theta_d = tape.back_diag(h.sum(axis=1))
+    else:
+        xp = be.namespace(cvv_bar)
+        lower = xp.zeros((m2, m), dtype=cvv_bar.dtype, device=be.device_of(cvv_bar))
+        k_all_bar = xp.concat([xp.concat([kuu_bar, kuv_bar], axis=1), xp.concat([lower, cvv_bar], axis=1)], axis=0)
+        theta_all, points_all = tape.back_all(k_all_bar)
+        theta_cross, points_cross = tape.back_cross(xp.concat([kux_bar, kvx_bar], axis=0))
+        theta_d = tape.back_diag(xp.sum(h, axis=1))
     points_bar = points_all + points_cross
-    bars = {"inducing": points_bar[:m], "orthogonal": points_bar[m:]}
+    bars = {"inducing": points_bar[:m, ...], "orthogonal": points_bar[m:, ...]}
     if "q_mean" in fields:
         bars["q_mean"] = b_g - state.q_mean
     if "q_sqrt" in fields:
@@ -431,9 +550,9 @@ def _adjoints_whitened(tape, block_u, block_v, d_mean, h):
     t = mm(cvx_bar, b, trans_b=True)
     a_cvv = mm(a_uv, cvv_bar)
     a_bar = -t.T - 2.0 * a_cvv
-    b_bar -= mm(a_uv, cvx_bar)
+    b_bar = b_bar - mm(a_uv, cvx_bar)
     e = mm(a_uv, t)
-    lt_lu_bar += e + e.T + 2.0 * mm(a_cvv, a_uv, trans_b=True)
+    lt_lu_bar = lt_lu_bar + (e + e.T + 2.0 * mm(a_cvv, a_uv, trans_b=True))
     kux_bar = solve_triangular(low_u, b_bar, trans=True)
     kuv_bar = solve_triangular(low_u, a_bar, trans=True)
     kuu_bar = jittered_cholesky_backward(low_u, lt_lu_bar, tape.jitter)
@@ -459,13 +578,12 @@ def _adjoints_folded(tape, block_u, block_v, d_mean, h):
     d_g, lt_lv_bar = coupled.prior_factor_adjoint(tv, block_v, d_mean, h)
     kux_bar = tu.kzx_adjoint(block_u, d_mean, h)
     cvx_bar = tv.kzx_adjoint(block_v, d_mean, h)
-    kux_bar -= mm(tape.r, cvx_bar)
-    r_bar = mm(tu.kzx, cvx_bar, trans_b=True)
-    r_bar *= -1.0
+    kux_bar = kux_bar - mm(tape.r, cvx_bar)
+    r_bar = -mm(tu.kzx, cvx_bar, trans_b=True)
     lu_r_bar = tri_mm(tape.inv_u, r_bar)
     cvv_bar = jittered_cholesky_backward(tape.low_v, lt_lv_bar, tape.jitter_v, inv_low=tape.inv_v)
     a_bar = lu_r_bar - 2.0 * mm(tape.a_uv, cvv_bar)
-    lt_lu_bar -= mm(tape.a_uv, lu_r_bar, trans_b=True) + mm(a_bar, tape.a_uv, trans_b=True)
+    lt_lu_bar = lt_lu_bar - (mm(tape.a_uv, lu_r_bar, trans_b=True) + mm(a_bar, tape.a_uv, trans_b=True))
     kuv_bar = tri_mm(tape.inv_u, a_bar, trans=True)
     kuu_bar = jittered_cholesky_backward(tape.low_u, lt_lu_bar, tape.jitter, inv_low=tape.inv_u)
     return kux_bar, cvx_bar, kuu_bar, kuv_bar, cvv_bar, b_g, d_g
@@ -478,7 +596,7 @@ def kl_divergence(kernel, state, jitter, tape=None):
     to N(0, K_uu) and to the residual prior N(0, C_vv) (of dimension M2)."""
     kl = coupled.kl_divergence(kernel, state.block_u(), jitter)
     if state.n_orthogonal:
-        kl += coupled.kl_divergence(kernel, state.block_v(), jitter)
+        kl = kl + coupled.kl_divergence(kernel, state.block_v(), jitter)
     return kl
 
 
@@ -536,6 +654,15 @@ def make_predictor(kernel, state, jitter):
     alpha_v, middle_v = _frozen_block(low_v, state.q_mean_orthogonal, state.q_sqrt_orthogonal)
     r = solve_triangular(low_u, a_uv, trans=True)  # K_uu^-1 K_uv
     m, m2 = a_uv.shape
+    if not isinstance(r, np.ndarray):
+        xp = be.namespace(r)
+        weights = xp.concat([alpha_u - mm(r, alpha_v), alpha_v], axis=0)
+        blocks = []
+        for wu, wv in zip(coupled._blocks(middle_u), coupled._blocks(middle_v)):
+            r_w = mm(r, wv)
+            top = xp.concat([wu + mm(r_w, r, trans_b=True), -r_w], axis=1)
+            blocks.append(xp.concat([top, xp.concat([-r_w.T, wv], axis=1)], axis=0))
+        return coupled.CoupledPredictor(_stack_points(state.inducing, state.orthogonal), weights, xp.stack(blocks))
     weights = np.vstack([alpha_u - mm(r, alpha_v), alpha_v])
     n_cov = middle_u.shape[0]
     middle = np.zeros((n_cov, m + m2, m + m2))
@@ -553,5 +680,9 @@ def _frozen_block(low0, q_mean, q_sqrt):
     inv_low = tri_inverse(low0)
     alpha = mm(inv_low, q_mean, trans_a=True)
     prior_part = gram(inv_low, trans=True)
+    if not isinstance(inv_low, np.ndarray):
+        xp = be.namespace(inv_low)
+        return alpha, xp.stack([gram(tri_mm(low, inv_low, trans=True), trans=True) - prior_part
+                                for low in coupled._blocks(q_sqrt)])
     middle = np.stack([gram(tri_mm(low, inv_low, trans=True), trans=True) - prior_part for low in q_sqrt])
     return alpha, middle
