@@ -223,45 +223,10 @@ class VariationalModel:
         -------
         BatchResult
         """
+        # Rows of another Array API library keep the data, the state and the state fields'
+        # gradients there; the ELBO and the noise gradient come back as floats and theta's
+        # gradient as numpy (the compiled kernel keeps its hyperparameters on the host).
         xp = backend.namespace(X)
-        if not backend.is_numpy(xp):
-            return self._evaluate_xp(xp, X, Y, need_grad)
-        scale = self.n_data / X.shape[0]
-        mean, var, tape = self._marginals(X, need_grad)
-        var = self._per_latent_var(mean, var)
-        Y, weights, var, extra = self._split(Y, var)
-        ell, d_mean, d_var = self._weighted(weights, *self.likelihood.expected_log_lik(Y, mean, var, **extra))
-        elbo = scale * float(ell.sum()) - self.basis.kl_divergence(self.kernel, self.state, self.jitter, tape)
-        if not need_grad:
-            return BatchResult(elbo, {}, None, None, None)
-        d_mean = scale * d_mean
-        d_var = scale * np.asarray(d_var)
-        if need_grad == "natural":
-            return BatchResult(elbo, {}, tape, d_mean, d_var)
-        theta_bar, field_bars = self.basis.backward(tape, self.state, d_mean, d_var, self.learn_fields)
-        grads = {"theta": theta_bar}
-        if self.latent_noise is not None:
-            # d var / d log(level) = level for each white term carrying the latent noise.
-            self.latent_noise.scatter_gradient(float(d_var.sum()) * self.latent_noise.value, theta_bar)
-        if self.noise is not None:
-            d_log_noise = scale * float(self._weighted(weights, self.likelihood.d_log_noise(Y, mean, var, **extra))[0].sum())
-            d_log_noise = self.noise.scatter_gradient(d_log_noise, theta_bar)
-            if d_log_noise is not None and self.noise.learned:
-                grads["log_noise"] = np.array([d_log_noise])
-        if self._learns_likelihood():
-            grads["likelihood"] = scale * self._weighted(weights, self.likelihood.d_log_params(Y, mean, var))[0].sum(axis=0)
-        for field in self.learn_fields:
-            grads[field] = field_bars[field]
-        return BatchResult(elbo, grads, tape, d_mean, d_var)
-
-    def _evaluate_xp(self, xp, X, Y, need_grad):
-        """:meth:`evaluate` on rows of another Array API library (``xp``, not numpy).
-
-        The data, the state and the gradients of the state fields stay in ``xp`` on their
-        device; the ELBO and the noise gradient come back as Python floats and the kernel's
-        gradient ``theta_bar`` as a numpy array (one small copy per step: the compiled
-        kernel keeps its hyperparameters on the host).
-        """
         scale = self.n_data / X.shape[0]
         mean, var, tape = self._marginals(X, need_grad)
         var = self._per_latent_var(mean, var)
@@ -276,9 +241,11 @@ class VariationalModel:
         if need_grad == "natural":
             return BatchResult(elbo, {}, tape, d_mean, d_var)
         theta_bar, field_bars = self.basis.backward(tape, self.state, d_mean, d_var, self.learn_fields)
-        theta_bar = np.array(backend.to_numpy(theta_bar), dtype=np.float64)
+        if not isinstance(theta_bar, np.ndarray):
+            theta_bar = np.array(backend.to_numpy(theta_bar), dtype=np.float64)
         grads = {"theta": theta_bar}
         if self.latent_noise is not None:
+            # d var / d log(level) = level for each white term carrying the latent noise.
             self.latent_noise.scatter_gradient(float(xp.sum(d_var)) * self.latent_noise.value, theta_bar)
         if self.noise is not None:
             per_row = self._weighted(weights, self.likelihood.d_log_noise(Y, mean, var, **extra))[0]

@@ -57,3 +57,26 @@ def close(actual, expected, rtol, scale=None):
     if scale is None:
         scale = np.max(np.abs(expected[finite]), initial=0.0)
     np.testing.assert_allclose(actual[finite], expected[finite], rtol=rtol, atol=rtol * scale + 1e-300)
+
+
+#: numpy functions that would copy an array of another library to the host.
+NUMPY_CONVERSIONS = ("asarray", "array", "asanyarray", "ascontiguousarray", "asfortranarray", "from_dlpack", "vstack")
+
+
+def spy_on_numpy_conversions(monkeypatch):
+    """Wrap numpy's conversion functions; the returned list records the name of every call
+    whose first argument (or first element of a sequence argument) is a strict array."""
+    calls = []
+    for fn in NUMPY_CONVERSIONS:
+        original = getattr(np, fn)
+
+        def spy(*args, _original=original, _fn=fn, **kwargs):
+            first = args[0] if args else None
+            if isinstance(first, (list, tuple)) and first:
+                first = first[0]
+            if isinstance(first, StrictArray):
+                calls.append(_fn)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(np, fn, spy)
+    return calls

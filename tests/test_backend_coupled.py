@@ -21,7 +21,7 @@ from skgp_sparse import backend as be
 from skgp_sparse.bases import coupled
 from skgp_sparse.kernels import compile_kernel
 
-from ._array_libs import Lib, StrictArray, close
+from ._array_libs import Lib, close, spy_on_numpy_conversions
 
 RTOL = 1e-10
 #: float32 state and data against the float64 reference (relative to each quantity's
@@ -237,16 +237,7 @@ def test_strict_path_never_converts_to_numpy(monkeypatch):
     lib = Lib("strict_device1")
     kernel, X, state, d_mean, d_var = _problem(2, 2)
     xstate, xX, xdm, xdv = _in(lib, state), lib(X), lib(d_mean), lib(d_var)
-    calls = []
-    for fn in ("asarray", "array", "asanyarray", "ascontiguousarray", "asfortranarray"):
-        original = getattr(np, fn)
-
-        def spy(*args, _original=original, _fn=fn, **kwargs):
-            if args and isinstance(args[0], StrictArray):
-                calls.append(_fn)
-            return _original(*args, **kwargs)
-
-        monkeypatch.setattr(np, fn, spy)
+    calls = spy_on_numpy_conversions(monkeypatch)
     for form in ("whitened", "folded"):
         _, _, tape = coupled.marginals(kernel, xX, xstate, JITTER, True, form=form)
         coupled.backward(tape, xstate, xdm, xdv, FIELDS)

@@ -27,7 +27,7 @@ from sklearn.gaussian_process.kernels import (
 from skgp_sparse import backend as be
 from skgp_sparse.kernels import compile_kernel
 
-from ._array_libs import Lib, StrictArray, close, xs
+from ._array_libs import Lib, StrictArray, close, spy_on_numpy_conversions, xs
 
 KERNELS = {
     "rbf": lambda: RBF(1.3),
@@ -203,16 +203,7 @@ def test_device_without_float64():
 @pytest.mark.parametrize("name", sorted(set(KERNELS) - HOST_ROUND_TRIP))
 def test_strict_path_never_converts_to_numpy(name, monkeypatch):
     """Instrumented: numpy's conversion functions record any call on a strict array."""
-    calls = []
-    for fn in ("asarray", "array", "asanyarray", "ascontiguousarray", "asfortranarray"):
-        original = getattr(np, fn)
-
-        def spy(*args, _original=original, _fn=fn, **kwargs):
-            if args and isinstance(args[0], StrictArray):
-                calls.append(_fn)
-            return _original(*args, **kwargs)
-
-        monkeypatch.setattr(np, fn, spy)
+    calls = spy_on_numpy_conversions(monkeypatch)
     k = compile_kernel(KERNELS[name]())
     A, B, rng = _data(np.float64)
     xA, xB = xs.asarray(A), xs.asarray(B)

@@ -35,7 +35,7 @@ from skgp_sparse.likelihoods import (
     StudentTLikelihood,
 )
 
-from ._array_libs import Lib, StrictArray, close, xs
+from ._array_libs import Lib, StrictArray, close, spy_on_numpy_conversions, xs
 
 RTOL = {np.float64: 1e-12, np.float32: 2e-5}
 RTOL_F32 = RTOL[np.float32]
@@ -312,20 +312,6 @@ def test_targets_are_checked(lib):
 # --------------------------------------------------------------------------------------
 # nothing leaves the namespace
 # --------------------------------------------------------------------------------------
-def _spy_on_numpy_conversions(monkeypatch):
-    calls = []
-    for fn in ("asarray", "array", "asanyarray", "ascontiguousarray", "asfortranarray", "from_dlpack"):
-        original = getattr(np, fn)
-
-        def spy(*args, _original=original, _fn=fn, **kwargs):
-            if args and isinstance(args[0], StrictArray):
-                calls.append(_fn)
-            return _original(*args, **kwargs)
-
-        monkeypatch.setattr(np, fn, spy)
-    return calls
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_strict_path_never_converts_to_numpy(name, monkeypatch):
     """Instrumented, on array_api_strict's CPU device where a conversion would succeed:
@@ -335,14 +321,14 @@ def test_strict_path_never_converts_to_numpy(name, monkeypatch):
     make, method, args = CASES[name]
     lik = make()
     inputs = [xs.asarray(np.asarray(a)) for a in args]
-    calls = _spy_on_numpy_conversions(monkeypatch)
+    calls = spy_on_numpy_conversions(monkeypatch)
     getattr(lik, method)(*inputs)
     monkeypatch.undo()
     assert calls == []
 
 
 def test_the_instrument_sees_a_conversion(monkeypatch):
-    calls = _spy_on_numpy_conversions(monkeypatch)
+    calls = spy_on_numpy_conversions(monkeypatch)
     be.to_numpy(xs.asarray(np.ones(2)))
     monkeypatch.undo()
     assert calls

@@ -20,7 +20,7 @@ from skgp_sparse import backend as be
 from skgp_sparse.bases import solve
 from skgp_sparse.kernels import compile_kernel
 
-from ._array_libs import Lib, StrictArray, close
+from ._array_libs import Lib, close, spy_on_numpy_conversions
 
 RTOL = 1e-10
 #: float32 state and data against the float64 reference (relative to each quantity's
@@ -226,19 +226,7 @@ def test_strict_path_never_converts_to_numpy(monkeypatch):
     kernel, X, state, d_mean, d_var = _problem(2, 2)
     xstate, xX, xdm, xdv = _in(lib, state), lib(X), lib(d_mean), lib(d_var)
     points = lib(np.random.default_rng(3).uniform(-2, 2, size=(10, 2)))
-    calls = []
-    for fn in ("asarray", "array", "asanyarray", "ascontiguousarray", "asfortranarray", "vstack"):
-        original = getattr(np, fn)
-
-        def spy(*args, _original=original, _fn=fn, **kwargs):
-            first = args[0] if args else None
-            if isinstance(first, (list, tuple)) and first:
-                first = first[0]
-            if isinstance(first, StrictArray):
-                calls.append(_fn)
-            return _original(*args, **kwargs)
-
-        monkeypatch.setattr(np, fn, spy)
+    calls = spy_on_numpy_conversions(monkeypatch)
     solve.init_state(points, 2, 2, n_orthogonal=4)
     for form in ("whitened", "folded"):
         for need_grad in (False, "natural", True):

@@ -172,3 +172,38 @@ def test_bad_alpha_is_refused(data, alpha, message):
     X, y, _ = data
     with pytest.raises(ValueError, match=message):
         SparseGPRegressor(n_inducing=5, alpha=alpha).fit(X, y)
+
+
+@pytest.mark.parametrize("likelihood", ["gaussian", "student_t"])
+def test_noise_and_likelihood_gradients_with_weights_and_known_noise_match_finite_differences(data, likelihood):
+    """The model's gradients in log noise (Gaussian, known per-row noise added) and in the
+    Student-t log df and log scale, with sample weights, against central differences."""
+    from skgp_sparse.likelihoods import NoiseParameter, StudentTLikelihood
+
+    X, y, w = data
+    Y = y.reshape(-1, 1)
+    alpha = np.random.default_rng(2).uniform(0.01, 0.2, size=X.shape[0])
+    kernel = compile_kernel(ConstantKernel(1.3) * RBF([0.8, 1.4]))
+    state = BASES["coupled"].init_state(X[:8].copy(), n_outputs=1, n_covariances=1, n_orthogonal=0)
+    state.q_mean[:] = np.random.default_rng(1).standard_normal(state.q_mean.shape)
+    if likelihood == "gaussian":
+        noise = NoiseParameter(kernel, 0.05, (np.log(1e-6), np.log(1e3)))
+        model = VariationalModel(BASES["coupled"], kernel, GaussianLikelihood(0.05), state, 60, noise=noise)
+        layout, name = TargetLayout(1, weighted=True, known_noise=True), "log_noise"
+    else:
+        model = VariationalModel(BASES["coupled"], kernel, StudentTLikelihood(df=3.0, scale=0.3), state, 60)
+        layout, name = TargetLayout(1, weighted=True), "likelihood"
+    model.layout = layout
+    rows = layout.join(Y, w.astype(float), alpha)
+    grad = model.evaluate(X, rows).grads[name]
+    base = model.adam_params()[name].copy()
+    h = 1e-6
+    for i in range(base.size):
+        values = []
+        for sign in (1.0, -1.0):
+            moved = base.copy()
+            moved[i] += sign * h
+            model.set_adam_params({name: moved})
+            values.append(model.evaluate(X, rows, need_grad=False).elbo)
+        model.set_adam_params({name: base})
+        assert grad[i] == pytest.approx((values[0] - values[1]) / (2 * h), rel=1e-6, abs=1e-6)

@@ -571,17 +571,7 @@ def natural_step(tape, state, d_mean, d_var, step):
             prec.flat[:: prec.shape[0] + 1] += step
             return prec
 
-        prec = new_precision(grams[c])
-        try:
-            low_new = inverse_cholesky_factor(prec)
-        except CholeskyError:
-            if not isinstance(tape, _FoldedTape):
-                raise
-            # The folded gram L^-1 (K_zx diag(h) K_xz) L^-T loses definiteness when
-            # cond(K_zz) times |h| is huge (a tiny noise): redo it from A itself.
-            grams = tape.whitened_grams_of_features(h_sum)
-            prec = new_precision(grams[c])
-            low_new = inverse_cholesky_factor(prec)
+        prec, low_new, grams = _factored_precision(new_precision, grams, c, tape, h_sum)
         new_prec[c] = prec
         cols = np.flatnonzero(outputs_of == c)
         shift = (1.0 - step) * mm(prec_old, state.q_mean[:, cols])
@@ -590,6 +580,24 @@ def natural_step(tape, state, d_mean, d_var, step):
         new_mean[:, cols] = tri_mm(low_new, tri_mm(low_new, shift, trans=True))
         new_sqrt[c] = low_new
     return CoupledState(state.inducing, new_mean, new_sqrt, new_prec)
+
+
+def _factored_precision(new_precision, grams, c, tape, h_sum):
+    """Covariance c's new precision ``new_precision(grams[c])``, its inverse Cholesky
+    factor, and the grams used (recomputed when the first ones failed).
+
+    The folded gram L^-1 (K_zx diag(h) K_xz) L^-T loses definiteness when cond(K_zz) times
+    |h| is huge (a tiny noise): a failed factorisation of a folded tape's precision is
+    redone from grams of A itself; any other failure propagates (the step backs off)."""
+    prec = new_precision(grams[c])
+    try:
+        return prec, inverse_cholesky_factor(prec), grams
+    except CholeskyError:
+        if not isinstance(tape, _FoldedTape):
+            raise
+    grams = tape.whitened_grams_of_features(h_sum)
+    prec = new_precision(grams[c])
+    return prec, inverse_cholesky_factor(prec), grams
 
 
 def _xp_natural_step(xp, tape, state, d_mean, h_sum, h, grams, precisions, step, outputs_per_cov):
@@ -602,15 +610,7 @@ def _xp_natural_step(xp, tape, state, d_mean, h_sum, h, grams, precisions, step,
         def new_precision(gram):
             return be.add_to_diagonal((1.0 - step) * prec_old - (2.0 * step / outputs_per_cov) * gram, step, xp)
 
-        prec = new_precision(grams[c])
-        try:
-            low_new = inverse_cholesky_factor(prec)
-        except CholeskyError:
-            if not isinstance(tape, _FoldedTape):
-                raise
-            grams = tape.whitened_grams_of_features(h_sum)
-            prec = new_precision(grams[c])
-            low_new = inverse_cholesky_factor(prec)
+        prec, low_new, grams = _factored_precision(new_precision, grams, c, tape, h_sum)
         # The outputs of covariance c (covariance_of_output): all of them, or output c.
         cols = slice(None) if n_cov == 1 else slice(c, c + 1)
         shift = (1.0 - step) * mm(prec_old, state.q_mean[:, cols])

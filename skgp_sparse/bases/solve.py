@@ -355,17 +355,10 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
         k_cross, kdiag = kernel(points, X), kernel.diag(X)
         back_cross = back_diag = None
     xp = be.namespace(k_cross)
+    inv_u, inv_v = _folding_inverses(form, need_grad, k_cross.dtype == xp.float64, X.shape[0], m, m2, low_u, low_v)
     if not be.is_numpy(xp):
-        return _xp_marginals(xp, X, state, need_grad, form, low_u, used_u, a_uv, low_v, used_v,
+        return _xp_marginals(xp, X, state, need_grad, inv_u, inv_v, low_u, used_u, a_uv, low_v, used_v,
                              back_all, k_cross, back_cross, kdiag, back_diag)
-    inv_u = inv_v = None
-    fold_if_stable = (need_grad and k_cross.dtype == np.float64
-                      and X.shape[0] >= coupled.FOLDED_FORM_MIN_ROWS_PER_POINT * max(m, m2))
-    if form == "folded" or (form == "auto" and fold_if_stable):
-        inv_u, inv_v = tri_inverse(low_u), tri_inverse(low_v)
-        limit = coupled.FOLDED_FORM_MAX_CONDITION
-        if form == "auto" and (_condition_bound(low_u, inv_u) > limit or _condition_bound(low_v, inv_v) > limit):
-            inv_u = inv_v = None
     tape = _Tape()
     tape.coupled_tape, tape.inv_u, tape.inv_v, tape.r = None, inv_u, inv_v, None
     n_cov = state.q_sqrt.shape[0]
@@ -407,19 +400,26 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
     return mean, var, tape
 
 
-def _xp_marginals(xp, X, state, need_grad, form, low_u, used_u, a_uv, low_v, used_v,
+def _folding_inverses(form, need_grad, float64, n_rows, m, m2, low_u, low_v):
+    """(L_u^-1, L_v^-1) when the marginals take the folded form, else (None, None).
+
+    "folded" always folds; "auto" folds a float64 training evaluation with enough rows per
+    inducing point, unless either factor's condition bound is above coupled's limit."""
+    fold_if_stable = need_grad and float64 and n_rows >= coupled.FOLDED_FORM_MIN_ROWS_PER_POINT * max(m, m2)
+    if not (form == "folded" or (form == "auto" and fold_if_stable)):
+        return None, None
+    inv_u, inv_v = tri_inverse(low_u), tri_inverse(low_v)
+    limit = coupled.FOLDED_FORM_MAX_CONDITION
+    if form == "auto" and (_condition_bound(low_u, inv_u) > limit or _condition_bound(low_v, inv_v) > limit):
+        return None, None
+    return inv_u, inv_v
+
+
+def _xp_marginals(xp, X, state, need_grad, inv_u, inv_v, low_u, used_u, a_uv, low_v, used_v,
                   back_all, k_cross, back_cross, kdiag, back_diag):
     """The rest of :func:`marginals` for arrays of another namespace (new arrays, no
     in-place writes; the same formulas)."""
-    m, m2 = state.inducing.shape[0], state.orthogonal.shape[0]
-    inv_u = inv_v = None
-    fold_if_stable = (need_grad and k_cross.dtype == xp.float64
-                      and X.shape[0] >= coupled.FOLDED_FORM_MIN_ROWS_PER_POINT * max(m, m2))
-    if form == "folded" or (form == "auto" and fold_if_stable):
-        inv_u, inv_v = tri_inverse(low_u), tri_inverse(low_v)
-        limit = coupled.FOLDED_FORM_MAX_CONDITION
-        if form == "auto" and (_condition_bound(low_u, inv_u) > limit or _condition_bound(low_v, inv_v) > limit):
-            inv_u = inv_v = None
+    m = state.inducing.shape[0]
     tape = _Tape()
     tape.coupled_tape, tape.inv_u, tape.inv_v, tape.r = None, inv_u, inv_v, None
     kux, kvx = k_cross[:m, ...], k_cross[m:, ...]
