@@ -18,7 +18,7 @@ import pytest
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel as C
 
 from skgp_sparse import backend as be
-from skgp_sparse.bases import coupled
+from skgp_sparse.bases import coupled, toolkit
 from skgp_sparse.kernels import compile_kernel
 
 from ._array_libs import Lib, close, spy_on_numpy_conversions
@@ -149,7 +149,7 @@ def test_natural_step(lib, case, form, need_grad):
 def test_folded_grams_of_features(lib, case):
     # The natural step's fallback when the folded gram loses definiteness.
     kernel, X, state, _, d_var = _problem(*case)
-    h = coupled._summed_var_adjoint(d_var, state.q_sqrt.shape[0])
+    h = toolkit.summed_var_adjoint(d_var, state.q_sqrt.shape[0])
     _, _, tape = coupled.marginals(kernel, X, state, JITTER, "natural", form="folded")
     _, _, xtape = coupled.marginals(kernel, lib(X), _in(lib, state), JITTER, "natural", form="folded")
     grams = tape.whitened_grams_of_features(h)
@@ -160,8 +160,8 @@ def test_folded_grams_of_features(lib, case):
     # h of both signs: the general product instead of a SYRK
     mixed = h * np.where(np.arange(h.shape[0]) % 2 == 0, 1.0, -1.0)[:, None]
     for c in range(h.shape[1]):
-        close(lib.check(coupled._signed_gram(xtape.kzx, lib(mixed[:, c])), np.float64),
-              coupled._signed_gram(tape.kzx, mixed[:, c]), RTOL)
+        close(lib.check(toolkit.signed_gram(xtape.kzx, lib(mixed[:, c])), np.float64),
+              toolkit.signed_gram(tape.kzx, mixed[:, c]), RTOL)
 
 
 def test_natural_step_indefinite_precision_raises(lib):

@@ -208,7 +208,7 @@ def test_adam_mode_gradients_with_one_covariance_per_output(form):
     assert_adam_gradients_match(model, X, Y)
 
 
-TAPES = {"whitened": coupled._WhitenedTape, "folded": coupled._FoldedTape}
+TAPES = {"whitened": coupled.WhitenedTape, "folded": coupled.FoldedTape}
 
 
 @pytest.mark.parametrize("n_cov", [1, 3])
@@ -237,10 +237,10 @@ def test_the_two_forms_of_a_training_step_agree(n_cov):
 def test_auto_folds_only_well_conditioned_float64_training_batches():
     model, X, Y = make_problem(n=40, m=7)
     k, state, jitter = model.kernel, model.state, model.jitter
-    assert type(coupled.marginals(k, X, state, jitter)[2]) is coupled._FoldedTape
+    assert type(coupled.marginals(k, X, state, jitter)[2]) is coupled.FoldedTape
     # fewer than two rows per inducing point: the whitened form is cheaper
-    assert type(coupled.marginals(k, X[:13], state, jitter)[2]) is coupled._WhitenedTape
+    assert type(coupled.marginals(k, X[:13], state, jitter)[2]) is coupled.WhitenedTape
     # two nearly equal inducing points with a tiny jitter: cond(K_zz) far above the bound
     close = coupled.CoupledState(np.vstack([state.inducing, state.inducing[:1] + 1e-7]),
                                  np.zeros((8, 1)), np.eye(8)[None])
-    assert type(coupled.marginals(k, X, close, 1e-12)[2]) is coupled._WhitenedTape
+    assert type(coupled.marginals(k, X, close, 1e-12)[2]) is coupled.WhitenedTape

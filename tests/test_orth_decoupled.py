@@ -169,7 +169,7 @@ def test_gradients_with_beta_in_the_whitened_form():
     """Fewer rows than twice |beta|: the coupled tape of beta is the whitened one (the
     tests above run the folded one)."""
     model, X, Y = make_problem(n=8, mb=5, p=2, seed=16)
-    assert isinstance(model.evaluate(X, Y).tape.beta, coupled._WhitenedTape)
+    assert isinstance(model.evaluate(X, Y).tape.beta, coupled.WhitenedTape)
     assert_adam_gradients_match(model, X, Y)
 
 

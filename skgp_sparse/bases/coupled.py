@@ -45,6 +45,7 @@ from ._fused import (
     xp_folded_adjoint,
     xp_scaled_difference,
 )
+from .toolkit import blocks, copy_array, signed_gram, summed_var_adjoint
 from .. import backend as be
 from ..linalg import (
     CholeskyError,
@@ -97,8 +98,8 @@ class CoupledState:
     precision: np.ndarray = None
 
     def copy(self):
-        precision = None if self.precision is None else _copy(self.precision)
-        return CoupledState(_copy(self.inducing), _copy(self.q_mean), _copy(self.q_sqrt), precision)
+        precision = None if self.precision is None else copy_array(self.precision)
+        return CoupledState(copy_array(self.inducing), copy_array(self.q_mean), copy_array(self.q_sqrt), precision)
 
     def drop_caches(self):
         """Forget what can be recomputed (before a fitted model is stored and pickled)."""
@@ -112,21 +113,8 @@ class CoupledState:
                 inv = [tri_inverse(low) for low in self.q_sqrt]
                 self.precision = np.stack([gram(i, trans=True) for i in inv])
             else:
-                blocks = _blocks(self.q_sqrt)
-                self.precision = xp.stack([gram(tri_inverse(low), trans=True) for low in blocks])
+                self.precision = xp.stack([gram(tri_inverse(low), trans=True) for low in blocks(self.q_sqrt)])
         return self.precision
-
-
-def _copy(a):
-    """A copy of an array of any namespace."""
-    if isinstance(a, np.ndarray):
-        return a.copy()
-    return be.namespace(a).asarray(a, copy=True)
-
-
-def _blocks(a):
-    """The matrices of a stack (C, M, M), indexed as every namespace allows (no iteration)."""
-    return [a[c, ...] for c in range(a.shape[0])]
 
 
 def init_state(inducing, n_outputs, n_covariances, n_orthogonal=0):
@@ -160,11 +148,11 @@ FOLDED_FORM_MAX_CONDITION = 1e10
 FOLDED_FORM_MIN_ROWS_PER_POINT = 2
 
 
-class _TapeBase:
+class TapeBase:
     """What the backward pass and the natural step need from one forward pass.
 
-    Two forms hold the same model: :class:`_WhitenedTape` keeps A = L_k^-1 K_zx,
-    :class:`_FoldedTape` keeps K_zx and folds L_k^-1 into M x M matrices. Both answer
+    Two forms hold the same model: :class:`WhitenedTape` keeps A = L_k^-1 K_zx,
+    :class:`FoldedTape` keeps K_zx and folds L_k^-1 into M x M matrices. Both answer
     the same questions: A v, A^T w, A diag(h) A^T and dF/dK_zx.
     """
 
@@ -175,7 +163,7 @@ class _TapeBase:
         the O(B M^2) product shared by the backward pass and the natural step."""
         if self.h_key is None or not _same(self.h_key, h_sum):
             self.whitened_gram = [self._gram(h_sum[:, c]) for c in range(h_sum.shape[1])]
-            self.h_key = _copy(h_sum)
+            self.h_key = copy_array(h_sum)
         return self.whitened_gram
 
 
@@ -187,7 +175,7 @@ def _same(a, b):
     return a.shape == b.shape and bool(xp.all(a == b))
 
 
-class _WhitenedTape(_TapeBase):
+class WhitenedTape(TapeBase):
     """The whitened form: A = L_k^-1 K_zx and L_c^T A, five O(B M^2) products a step."""
 
     __slots__ = ("a", "lt_a")
@@ -206,7 +194,7 @@ class _WhitenedTape(_TapeBase):
         return mm(self.a, w, trans_a=True)
 
     def _gram(self, h):
-        return _signed_gram(self.a, h)
+        return signed_gram(self.a, h)
 
     @classmethod
     def of_features(cls, a, lt_a, mean):
@@ -235,7 +223,7 @@ class _WhitenedTape(_TapeBase):
         return solve_triangular(self.low_k, self.a_adjoint(state, d_mean, h), trans=True)
 
 
-class _FoldedTape(_TapeBase):
+class FoldedTape(TapeBase):
     """The folded form: K_zx and W_c K_zx with W_c = L_k^-T (S_c - I) L_k^-1, three
     O(B M^2) products a step (one SYMM, one SYRK) for a few more O(M^3) ones."""
 
@@ -255,22 +243,22 @@ class _FoldedTape(_TapeBase):
 
     def _gram(self, h):
         # A diag(h) A^T = L_k^-1 (K_zx diag(h) K_xz) L_k^-T
-        return tri_mm(self.inv_low, tri_mm(self.inv_low, _signed_gram(self.kzx, h)), trans=True, right=True)
+        return tri_mm(self.inv_low, tri_mm(self.inv_low, signed_gram(self.kzx, h)), trans=True, right=True)
 
     def whitened_grams_of_features(self, h_sum):
         """A diag(h_c) A^T from A = L_k^-1 K_zx formed explicitly: one more O(B M^2)
         product, but a gram of one matrix, so semi-definite to rounding whatever
         cond(K_zz) and the scale of h (the natural step falls back to it)."""
         a = tri_mm(self.inv_low, self.kzx)
-        self.whitened_gram = [_signed_gram(a, h_sum[:, c]) for c in range(h_sum.shape[1])]
-        self.h_key = _copy(h_sum)
+        self.whitened_gram = [signed_gram(a, h_sum[:, c]) for c in range(h_sum.shape[1])]
+        self.h_key = copy_array(h_sum)
         return self.whitened_gram
 
     def kzx_adjoint(self, state, d_mean, h):
         """dF/dK_zx = L_k^-T m g^T + 2 sum_c W_c K_zx diag(h_c)."""
         if self.middle_kzx is None:
             # A second backward pass over the same tape: the first one consumed W K_zx.
-            self.middle_kzx = [sym_mm(w, self.kzx) for w in _blocks(self.middle)]
+            self.middle_kzx = [sym_mm(w, self.kzx) for w in blocks(self.middle)]
         alpha = tri_mm(self.inv_low, state.q_mean, trans=True)
         if not isinstance(alpha, np.ndarray):
             kzx_bar = xp_folded_adjoint(self.middle_kzx[0], alpha, d_mean, h[:, 0])
@@ -342,20 +330,20 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
         if form == "auto" and float(xp.sum(low_k * low_k) * xp.sum(inv_low * inv_low)) > FOLDED_FORM_MAX_CONDITION:
             inv_low = None
     if inv_low is None:
-        tape = _WhitenedTape()
+        tape = WhitenedTape()
         tape.a = solve_triangular(low_k, kzx)
-        tape.lt_a = [tri_mm(low, tape.a, trans=True) for low in (state.q_sqrt if numpy else _blocks(state.q_sqrt))]
+        tape.lt_a = [tri_mm(low, tape.a, trans=True) for low in (state.q_sqrt if numpy else blocks(state.q_sqrt))]
         mean = mm(tape.a, state.q_mean, trans_a=True)
         if numpy:
             var = column_variances(kdiag, tape.a, tape.lt_a, X.shape[0])
         else:
             var = xp_column_variances(xp, kdiag, tape.a, tape.lt_a)
     else:
-        tape = _FoldedTape()
+        tape = FoldedTape()
         tape.inv_low, tape.kzx = inv_low, kzx
         tape.s_minus_i = s_minus_identity(state.q_sqrt)
         tape.middle = folded_middle(inv_low, tape.s_minus_i)
-        tape.middle_kzx = [sym_mm(w, kzx) for w in (tape.middle if numpy else _blocks(tape.middle))]
+        tape.middle_kzx = [sym_mm(w, kzx) for w in (tape.middle if numpy else blocks(tape.middle))]
         mean = mm(kzx, tri_mm(inv_low, state.q_mean, trans=True), trans_a=True)
         if numpy:
             var = np.empty((len(tape.middle), X.shape[0]))
@@ -387,7 +375,7 @@ def s_minus_identity(q_sqrt):
     xp = be.namespace(q_sqrt)
     if not be.is_numpy(xp):
         return xp.stack(
-            [be.add_to_diagonal(tri_mm(low, xp.tril(low), trans=True, right=True), -1.0, xp) for low in _blocks(q_sqrt)]
+            [be.add_to_diagonal(tri_mm(low, xp.tril(low), trans=True, right=True), -1.0, xp) for low in blocks(q_sqrt)]
         )
     out = np.stack([tri_mm(low, np.tril(low), trans=True, right=True) for low in q_sqrt])
     for s in out:
@@ -399,37 +387,8 @@ def folded_middle(inv_low, s_minus_i):
     """W_c = L_k^-T (S_c - I) L_k^-1, (C, M, M), from L_k^-1 and S_c - I."""
     xp = be.namespace(s_minus_i)
     if not be.is_numpy(xp):
-        return xp.stack([tri_mm(inv_low, tri_mm(inv_low, s, trans=True), right=True) for s in _blocks(s_minus_i)])
+        return xp.stack([tri_mm(inv_low, tri_mm(inv_low, s, trans=True), right=True) for s in blocks(s_minus_i)])
     return np.stack([tri_mm(inv_low, tri_mm(inv_low, s, trans=True), right=True) for s in s_minus_i])
-
-
-def _signed_gram(a, h):
-    """A diag(h) A^T, by one SYRK when h has one sign (always, for log-concave likelihoods)."""
-    if not isinstance(h, np.ndarray):
-        xp = be.namespace(a, h)
-        if bool(xp.min(h) == xp.max(h)):
-            return h[0] * gram(a)
-        if bool(xp.all(h <= 0)):
-            return -gram(a * xp.sqrt(-h))
-        if bool(xp.all(h >= 0)):
-            return gram(a * xp.sqrt(h))
-        return mm(a * h, a, trans_b=True)
-    if h[0] == h.min() == h.max():
-        # Gaussian noise: the same weight on every row.
-        return h[0] * gram(a)
-    if np.all(h <= 0):
-        return -gram(a * np.sqrt(-h))
-    if np.all(h >= 0):
-        return gram(a * np.sqrt(h))
-    return mm(a * h, a, trans_b=True)
-
-
-def _summed_var_adjoint(d_var, n_cov):
-    if n_cov != 1:
-        return d_var
-    if isinstance(d_var, np.ndarray):
-        return d_var.sum(axis=1, keepdims=True)
-    return be.namespace(d_var).sum(d_var, axis=1, keepdims=True)
 
 
 def backward(tape, state, d_mean, d_var, fields=("inducing",)):
@@ -465,7 +424,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
     field_bars : dict
         Gradient for each of ``fields``, shaped as the field.
     """
-    h = _summed_var_adjoint(d_var, state.q_sqrt.shape[0])
+    h = summed_var_adjoint(d_var, state.q_sqrt.shape[0])
     a_g, lt_low_bar = prior_factor_adjoint(tape, state, d_mean, h)
     kzx_bar = tape.kzx_adjoint(state, d_mean, h)
     kzz_bar = tape.cholesky_adjoint(lt_low_bar)
@@ -476,7 +435,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
     if "q_mean" in fields:
         bars["q_mean"] = a_g - state.q_mean
     if "q_sqrt" in fields:
-        bars["q_sqrt"] = _q_sqrt_gradient(tape, state, h)
+        bars["q_sqrt"] = q_sqrt_gradient(tape, state, h)
     return theta_zz + theta_zx + theta_d, {name: bars[name] for name in fields}
 
 
@@ -489,7 +448,7 @@ def prior_factor_adjoint(tape, state, d_mean, h):
     return a_g, lt_low_bar
 
 
-def _q_sqrt_gradient(tape, state, h):
+def q_sqrt_gradient(tape, state, h):
     """d(F - KL)/dL_c, lower triangular (for Adam on q(v))."""
     n_out, n_cov = state.q_mean.shape[1], state.q_sqrt.shape[0]
     outputs_per_cov = n_out if n_cov == 1 else 1
@@ -497,7 +456,7 @@ def _q_sqrt_gradient(tape, state, h):
     xp = be.namespace(state.q_sqrt)
     if not be.is_numpy(xp):
         bars = []
-        for c, low in enumerate(_blocks(state.q_sqrt)):
+        for c, low in enumerate(blocks(state.q_sqrt)):
             kl_bar = low - be.eye(low.shape[0], low) / be.diagonal(low, xp)
             bars.append(xp.tril(2.0 * mm(grams[c], low) - outputs_per_cov * kl_bar))
         return xp.stack(bars)
@@ -517,7 +476,7 @@ def kl_divergence(kernel, state, jitter, tape=None):
         # A 0-d array of the state's namespace (no synchronisation with the host).
         per_cov = [
             xp.sum(low * low) - m - 2.0 * xp.sum(xp.log(xp.abs(be.diagonal(low, xp))))
-            for low in _blocks(state.q_sqrt)
+            for low in blocks(state.q_sqrt)
         ]
         trace_logdet = sum(per_cov[1:], per_cov[0]) * (n_out if n_cov == 1 else 1)
         return 0.5 * (trace_logdet + xp.sum(state.q_mean * state.q_mean))
@@ -549,7 +508,7 @@ def natural_step(tape, state, d_mean, d_var, step):
     """
     n_out = state.q_mean.shape[1]
     n_cov = state.q_sqrt.shape[0]
-    h_sum = _summed_var_adjoint(d_var, n_cov)
+    h_sum = summed_var_adjoint(d_var, n_cov)
     # With a shared covariance the natural gradient of the shared precision averages the
     # outputs' adjoints (the Fisher of the shared block is n_out times one output's).
     outputs_per_cov = n_out if n_cov == 1 else 1
@@ -593,7 +552,7 @@ def _factored_precision(new_precision, grams, c, tape, h_sum):
     try:
         return prec, inverse_cholesky_factor(prec), grams
     except CholeskyError:
-        if not isinstance(tape, _FoldedTape):
+        if not isinstance(tape, FoldedTape):
             raise
     grams = tape.whitened_grams_of_features(h_sum)
     prec = new_precision(grams[c])
@@ -647,7 +606,7 @@ class CoupledPredictor:
         n_cov = self.middle.shape[0]
         xp = be.namespace(kzx)
         if not be.is_numpy(xp):
-            middle = _blocks(self.middle)
+            middle = blocks(self.middle)
             if full_cov:
                 prior = kernel(X)
                 return mean, xp.stack([prior + mm(kzx, mm(w, kzx), trans_a=True) for w in middle])
@@ -668,4 +627,4 @@ def make_predictor(kernel, state, jitter):
     low_k, _, _ = factor_kzz(kernel, state.inducing, jitter, need_grad=False)
     inv_low = tri_inverse(low_k)
     alpha = mm(inv_low, state.q_mean, trans_a=True)
-    return CoupledPredictor(_copy(state.inducing), alpha, folded_middle(inv_low, s_minus_identity(state.q_sqrt)))
+    return CoupledPredictor(copy_array(state.inducing), alpha, folded_middle(inv_low, s_minus_identity(state.q_sqrt)))

@@ -124,6 +124,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .coupled import CoupledPredictor, covariance_of_output
+from .toolkit import summed_var_adjoint
 from ..linalg import CholeskyError, gram, mm, tri_mm
 
 #: Fields of the state that Adam moves when the inducing inputs are learned.
@@ -590,10 +591,6 @@ def kl_divergence(kernel, state, jitter, tape=None):
 
 
 # --- backward -------------------------------------------------------------------------
-def _summed_var_adjoint(d_var, n_cov):
-    return d_var.sum(axis=1, keepdims=True) if n_cov == 1 else d_var
-
-
 def _weighted_gram(a, h):
     """a diag(h) a^T (symmetric): one SYRK when h <= 0, as for every log-concave
     likelihood (h = 1/2 E[d^2 log p / df^2]), otherwise a GEMM."""
@@ -623,7 +620,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
     """
     n_cov = state.sigma_sqrt.shape[0]
     k = _outputs_per_cov(state)
-    h = _summed_var_adjoint(d_var, n_cov)
+    h = summed_var_adjoint(d_var, n_cov)
     kzz, kzx, mu = tape.kzz, tape.kzx, tape.mu
     preconditioned = state.settings.preconditioned_mean
     outputs_of = _outputs_of(state)
@@ -690,7 +687,7 @@ def natural_step(tape, state, d_mean, d_var, step):
     settings = state.settings
     kzz, kzx, mu = tape.kzz, tape.kzx, tape.mu
     # With a shared covariance the Sigma-optimum averages the outputs' adjoints.
-    _, t_data_t = tape.data_grams(_summed_var_adjoint(d_var, n_cov))
+    _, t_data_t = tape.data_grams(summed_var_adjoint(d_var, n_cov))
     new_mu = mu.copy()
     new_sig = np.empty_like(state.sigma_sqrt)
     new_t = np.empty_like(state.t_sqrt)

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import coupled
+from .toolkit import summed_var_adjoint
 from ..kernels import CompiledKernel
 from ..linalg import mm, solve_triangular
 
@@ -424,7 +425,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal", "orth
     a, w = tape.a, tape.w
     # The coupled pass (coupled.backward) over the mean weights m - w, unrolled so that the
     # gamma part's share of L_k^T dF/dL_k joins it before the Cholesky adjoint.
-    h = coupled._summed_var_adjoint(d_var, state.q_sqrt.shape[0])
+    h = summed_var_adjoint(d_var, state.q_sqrt.shape[0])
     view = _beta_view(state, state.q_mean - w)
     a_g, lt_low_bar = coupled.prior_factor_adjoint(tb, view, d_mean, h)
     kzx_bar = tb.kzx_adjoint(view, d_mean, h)
@@ -457,7 +458,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal", "orth
         elif name == "q_mean":
             out[name] = a_g - state.q_mean
         elif name == "q_sqrt":
-            out[name] = coupled._q_sqrt_gradient(tb, view, h)
+            out[name] = coupled.q_sqrt_gradient(tb, view, h)
         else:
             raise ValueError(f"orth_decoupled has no field {name!r}")
     return theta_bar, out

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import coupled
+from .toolkit import blocks, copy_array, summed_var_adjoint
 from ._fused import add_column_products, add_column_squares, prior_minus_squares, xp_column_products
 from .. import backend as be
 from ..linalg import (
@@ -107,9 +108,9 @@ class SolveState:
 
     def copy(self):
         def maybe(a):
-            return None if a is None else coupled._copy(a)
+            return None if a is None else copy_array(a)
 
-        cp = coupled._copy
+        cp = copy_array
         return SolveState(
             cp(self.inducing), cp(self.orthogonal), cp(self.q_mean), cp(self.q_sqrt),
             cp(self.q_mean_orthogonal), cp(self.q_sqrt_orthogonal), self.residual_jitter,
@@ -295,11 +296,11 @@ def _condition_bound(low, inv_low):
 def _folded_block(low, inv_low, jitter, kzx, q_mean, q_sqrt):
     """A coupled folded tape over the features L^-1 kzx of one block: W_c kzx with
     W_c = L^-T (S_c - I) L^-1, and the block's part of the mean, kzx^T L^-T m."""
-    tape = coupled._FoldedTape()
+    tape = coupled.FoldedTape()
     tape.low_k, tape.inv_low, tape.kzx, tape.jitter = low, inv_low, kzx, jitter
     tape.s_minus_i = coupled.s_minus_identity(q_sqrt)
     tape.middle = coupled.folded_middle(inv_low, tape.s_minus_i)
-    middle = tape.middle if isinstance(kzx, np.ndarray) else coupled._blocks(tape.middle)
+    middle = tape.middle if isinstance(kzx, np.ndarray) else blocks(tape.middle)
     tape.middle_kzx = [sym_mm(w, kzx) for w in middle]
     tape.mean = mm(kzx, tri_mm(inv_low, q_mean, trans=True), trans_a=True)
     tape.back_zz = tape.back_zx = tape.back_diag = None
@@ -375,8 +376,8 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
         for c in range(n_cov):
             add_column_squares(prior, lt_b[c], var[c])
             add_column_squares(var[c], lt_d[c], var[c])
-        tape.u = coupled._WhitenedTape.of_features(b, lt_b, mean_u)
-        tape.v = coupled._WhitenedTape.of_features(d, lt_d, mean_v)
+        tape.u = coupled.WhitenedTape.of_features(b, lt_b, mean_u)
+        tape.v = coupled.WhitenedTape.of_features(d, lt_d, mean_v)
     else:
         # C_vx = K_vx - K_vu K_uu^-1 K_ux = K_vx - R^T K_ux, R = L_u^-T A.
         kux = k_cross[:m]
@@ -428,13 +429,13 @@ def _xp_marginals(xp, X, state, need_grad, inv_u, inv_v, low_u, used_u, a_uv, lo
         d = solve_triangular(low_v, kvx - mm(a_uv, b, trans_a=True))
         mean_u = mm(b, state.q_mean, trans_a=True)
         mean_v = mm(d, state.q_mean_orthogonal, trans_a=True)
-        lt_b = [tri_mm(low, b, trans=True) for low in coupled._blocks(state.q_sqrt)]
-        lt_d = [tri_mm(low, d, trans=True) for low in coupled._blocks(state.q_sqrt_orthogonal)]
+        lt_b = [tri_mm(low, b, trans=True) for low in blocks(state.q_sqrt)]
+        lt_d = [tri_mm(low, d, trans=True) for low in blocks(state.q_sqrt_orthogonal)]
         prior = (kdiag - xp.sum(b * b, axis=0)) - xp.sum(d * d, axis=0)
         var = xp.stack([xp_column_products(xp, xp_column_products(xp, prior, lb, lb), ld, ld)
                         for lb, ld in zip(lt_b, lt_d)], axis=1)
-        tape.u = coupled._WhitenedTape.of_features(b, lt_b, mean_u)
-        tape.v = coupled._WhitenedTape.of_features(d, lt_d, mean_v)
+        tape.u = coupled.WhitenedTape.of_features(b, lt_b, mean_u)
+        tape.v = coupled.WhitenedTape.of_features(d, lt_d, mean_v)
     else:
         tape.r = tri_mm(inv_u, a_uv, trans=True)
         cvx = kvx - mm(tape.r, kux, trans_a=True)
@@ -506,7 +507,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal")):
                  "q_sqrt_orthogonal": zeros_like(state.q_sqrt_orthogonal)}
         return theta_bar, {name: bars[name] if name in bars else empty[name] for name in fields}
     m = tape.n_z
-    h = coupled._summed_var_adjoint(d_var, state.q_sqrt.shape[0])
+    h = summed_var_adjoint(d_var, state.q_sqrt.shape[0])
     block_u, block_v = state.block_u(), state.block_v()
     adjoints = _adjoints_whitened if tape.inv_u is None else _adjoints_folded
     kux_bar, kvx_bar, kuu_bar, kuv_bar, cvv_bar, b_g, d_g = adjoints(tape, block_u, block_v, d_mean, h)
@@ -531,11 +532,11 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal")):
     if "q_mean" in fields:
         bars["q_mean"] = b_g - state.q_mean
     if "q_sqrt" in fields:
-        bars["q_sqrt"] = coupled._q_sqrt_gradient(tape.u, block_u, h)
+        bars["q_sqrt"] = coupled.q_sqrt_gradient(tape.u, block_u, h)
     if "q_mean_orthogonal" in fields:
         bars["q_mean_orthogonal"] = d_g - state.q_mean_orthogonal
     if "q_sqrt_orthogonal" in fields:
-        bars["q_sqrt_orthogonal"] = coupled._q_sqrt_gradient(tape.v, block_v, h)
+        bars["q_sqrt_orthogonal"] = coupled.q_sqrt_gradient(tape.v, block_v, h)
     return theta_all + theta_cross + theta_d, {name: bars[name] for name in fields}
 
 
@@ -657,12 +658,12 @@ def make_predictor(kernel, state, jitter):
     if not isinstance(r, np.ndarray):
         xp = be.namespace(r)
         weights = xp.concat([alpha_u - mm(r, alpha_v), alpha_v], axis=0)
-        blocks = []
-        for wu, wv in zip(coupled._blocks(middle_u), coupled._blocks(middle_v)):
+        joint = []
+        for wu, wv in zip(blocks(middle_u), blocks(middle_v)):
             r_w = mm(r, wv)
             top = xp.concat([wu + mm(r_w, r, trans_b=True), -r_w], axis=1)
-            blocks.append(xp.concat([top, xp.concat([-r_w.T, wv], axis=1)], axis=0))
-        return coupled.CoupledPredictor(_stack_points(state.inducing, state.orthogonal), weights, xp.stack(blocks))
+            joint.append(xp.concat([top, xp.concat([-r_w.T, wv], axis=1)], axis=0))
+        return coupled.CoupledPredictor(_stack_points(state.inducing, state.orthogonal), weights, xp.stack(joint))
     weights = np.vstack([alpha_u - mm(r, alpha_v), alpha_v])
     n_cov = middle_u.shape[0]
     middle = np.zeros((n_cov, m + m2, m + m2))
@@ -683,6 +684,6 @@ def _frozen_block(low0, q_mean, q_sqrt):
     if not isinstance(inv_low, np.ndarray):
         xp = be.namespace(inv_low)
         return alpha, xp.stack([gram(tri_mm(low, inv_low, trans=True), trans=True) - prior_part
-                                for low in coupled._blocks(q_sqrt)])
+                                for low in blocks(q_sqrt)])
     middle = np.stack([gram(tri_mm(low, inv_low, trans=True), trans=True) - prior_part for low in q_sqrt])
     return alpha, middle
