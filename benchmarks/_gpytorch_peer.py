@@ -3,7 +3,9 @@
 Set up to match our estimators on every knob that matters for a fair
 comparison: the same data arrays, the same initial inducing inputs ``Z0``
 (learned afterwards), the same number of inducing points, minibatch size,
-float64 and thread count.
+float64 and thread count.  On a GPU (``bench_gpu.py``) the timing helper takes
+``device="cuda"`` and ``dtype="float32"`` or ``"float64"``; the defaults (CPU, float64)
+are what the CPU benchmarks have always run.
 
 Model: ``ApproximateGP`` with a whitened ``VariationalStrategy``
 (``learn_inducing_locations=True``), zero prior mean (sklearn's GP prior mean is
@@ -72,10 +74,10 @@ def versions():
 
 
 @contextlib.contextmanager
-def _torch_env(threads):
-    """float64 default dtype and ``threads`` intra-op threads, restored on exit."""
+def _torch_env(threads, dtype=torch.float64):
+    """``dtype`` as the default dtype and ``threads`` intra-op threads, restored on exit."""
     old_dtype, old_threads = torch.get_default_dtype(), torch.get_num_threads()
-    torch.set_default_dtype(torch.float64)
+    torch.set_default_dtype(dtype)
     if threads is not None:
         torch.set_num_threads(int(threads))
     try:
@@ -104,21 +106,42 @@ class SVGPModel(ApproximateGP):
         return MultivariateNormal(self.mean_module(x), self.covar_module(x))
 
 
-def _as_tensor(a):
-    return torch.as_tensor(np.ascontiguousarray(a, dtype=np.float64))
+def _as_tensor(a, device=None, dtype=torch.float64):
+    out = torch.as_tensor(np.ascontiguousarray(a, dtype=np.float64))
+    # The CPU float64 default returns the tensor as it was always made (no copy).
+    return out if device is None and dtype == torch.float64 else out.to(device=device, dtype=dtype)
 
 
-def _build(X, y, Z0, likelihood, mode, seed, init_lengthscale, init_outputscale, kernel="rbf"):
-    """Model, likelihood, ELBO and a ``step(idx) -> elbo`` closure; call inside ``_torch_env``."""
+def _torch_dtype(dtype):
+    """A torch floating dtype from ``"float64"``/``"float32"``, a numpy dtype or a torch dtype."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    return {"float64": torch.float64, "float32": torch.float32}[np.dtype(dtype).name]
+
+
+def synchronize(device):
+    """Wait for the kernels queued on ``device`` (a no-op on the CPU): GPU calls return as
+    soon as their kernels are queued, so the clock is read only after this barrier."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _build(X, y, Z0, likelihood, mode, seed, init_lengthscale, init_outputscale, kernel="rbf",
+           device=None, dtype=torch.float64):
+    """Model, likelihood, ELBO and a ``step(idx) -> elbo`` closure; call inside ``_torch_env``.
+
+    ``device``/``dtype``: where the data, model and likelihood live (default: CPU, float64).
+    """
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
     torch.manual_seed(seed)
-    Xt, yt = _as_tensor(X), _as_tensor(y)
+    Xt, yt = _as_tensor(X, device, dtype), _as_tensor(y, device, dtype)
     N = Xt.shape[0]
-    model = SVGPModel(Z0, natural=(mode == "ngd"), kernel=kernel).double()
+    model = SVGPModel(Z0, natural=(mode == "ngd"), kernel=kernel).to(device=device, dtype=dtype)
     model.covar_module.outputscale = init_outputscale
     model.covar_module.base_kernel.lengthscale = init_lengthscale
-    likelihood = likelihood.double()
+    likelihood = likelihood.to(device=device, dtype=dtype)
     elbo = VariationalELBO(likelihood, model, num_data=N)  # full N: minibatch ELBO is rescaled
 
     if mode == "adam":
@@ -218,26 +241,39 @@ def predict_gpytorch(model, likelihood, Xt, batch_size=4096, threads=2):
 
 def time_gpytorch_step(X, y, Z0, batch_size, n_steps, mode="adam", n_warmup=3, seed=0,
                        threads=2, init_lengthscale=1.0, init_outputscale=1.0, init_noise=1.0,
-                       return_times=False, kernel="rbf"):
+                       return_times=False, kernel="rbf", device="cpu", dtype="float64"):
     """Median wall seconds of one training step (forward, backward, optimizer step(s)).
 
     Minibatches are consecutive slices of a seeded permutation, as in training.
     The first ``n_warmup`` steps are run but not timed (allocator and thread-pool
-    warm-up, first-call overheads).  ``return_times=True`` also returns all timed steps.
+    warm-up, first-call overheads, CUDA kernel caches).  ``return_times=True`` also
+    returns all timed steps.
+
+    ``device`` (e.g. ``"cuda"``) and ``dtype`` (``"float64"`` or ``"float32"``): where the
+    data, model and likelihood live. The permutation is drawn on the CPU (the same rows
+    on every device) and sent to the device once; on a GPU the device is synchronised
+    before each clock read. The defaults are the CPU benchmarks' setting.
     """
-    with _torch_env(threads):
+    device = torch.device(device)
+    dtype = _torch_dtype(dtype)
+    with _torch_env(threads, dtype):
         lik = GaussianLikelihood()
         lik.noise = init_noise
-        _, _, step, N = _build(X, y, Z0, lik, mode, seed, init_lengthscale, init_outputscale, kernel)
+        _, _, step, N = _build(X, y, Z0, lik, mode, seed, init_lengthscale, init_outputscale, kernel,
+                               device=None if device.type == "cpu" else device, dtype=dtype)
         gen = torch.Generator().manual_seed(seed)
         total = n_warmup + n_steps
         perm = torch.cat([torch.randperm(N, generator=gen)
                           for _ in range(-(-total * batch_size // N))])
+        if device.type != "cpu":
+            perm = perm.to(device)
         times = []
         for s in range(total):
             idx = perm[s * batch_size:(s + 1) * batch_size]
+            synchronize(device)
             t0 = time.perf_counter()
             step(idx)
+            synchronize(device)
             if s >= n_warmup:
                 times.append(time.perf_counter() - t0)
     med = float(np.median(times))

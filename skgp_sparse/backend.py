@@ -56,6 +56,7 @@ __all__ = [
     "is_foreign",
     "device_of",
     "to_namespace",
+    "device_namespace",
     "to_numpy",
     "widest_float",
     "working_float",
@@ -280,6 +281,59 @@ def working_float(xp, *arrays):
     if all(d in (xp.float32, xp.float64) for d in dtypes):
         return xp.float64
     return widest_float(xp, device_of(arrays[0]))
+
+
+def device_namespace(name):
+    """The namespace and device of the GPU library ``name``, for ``backend=name``.
+
+    Parameters
+    ----------
+    name : {"cupy", "torch"}
+        ``"cupy"``: CuPy on its current device; ``"torch"``: PyTorch on its current
+        CUDA device.
+
+    Returns
+    -------
+    xp : namespace
+        The library as :mod:`array_api_compat` wraps it.
+    device : device object of that library
+
+    Raises
+    ------
+    ImportError
+        The library (or array-api-compat) is not installed.
+    RuntimeError
+        The library is installed but sees no usable GPU.
+    """
+    compat = _compat()
+    if name == "cupy":
+        try:
+            import cupy
+        except ImportError as exc:
+            raise ImportError(
+                "backend='cupy' needs CuPy, which is not installed: pip install 'skgp_sparse[gpu]' "
+                "or the cupy-cudaXXx wheel matching your CUDA (or use backend='numpy')"
+            ) from exc
+        try:
+            n_devices = cupy.cuda.runtime.getDeviceCount()
+        except Exception as exc:  # CUDARuntimeError when no driver is present
+            raise RuntimeError(f"backend='cupy': CuPy is installed but CUDA is not usable ({exc}); use backend='numpy'") from exc
+        if n_devices == 0:
+            raise RuntimeError("backend='cupy': CuPy is installed but finds no GPU; use backend='numpy'")
+        return compat.array_namespace(cupy.empty(0)), cupy.cuda.Device()
+    if name == "torch":
+        try:
+            import torch
+        except ImportError as exc:
+            raise ImportError("backend='torch' needs PyTorch, which is not installed (or use backend='numpy')") from exc
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                "backend='torch': PyTorch is installed but sees no CUDA device; use backend='numpy' "
+                "(or pass CPU tensors under scikit-learn's array_api_dispatch)"
+            )
+        device = torch.device("cuda", torch.cuda.current_device())
+        return compat.array_namespace(torch.empty(0)), device
+    raise ValueError(f"no GPU library called {name!r}; expected 'cupy' or 'torch'")
 
 
 # --------------------------------------------------------------------------------------

@@ -244,11 +244,6 @@ def test_unknown_basis_and_bad_counts():
         SparseGPRegressor(n_orthogonal=5).fit(*toy(20))
 
 
-def test_cupy_backend_is_refused_clearly():
-    with pytest.raises(NotImplementedError, match="cupy"):
-        SparseGPRegressor(backend="cupy").fit(*toy(20))
-
-
 def test_nan_and_inf_are_refused():
     X, y = toy(20)
     X[3, 1] = np.nan

@@ -23,19 +23,24 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .. import backend
 from ..bases import BASES
 from ..elbo import TargetLayout, VariationalModel
 from ..kernels import compile_kernel
 from ._common import (
+    DeviceRows,
     check_basis_options,
     check_n_data,
     check_sample_weight,
+    device_rows_for_prediction,
     device_training_rows,
     dispatch_namespace,
     feature_scale,
+    fit_device,
     generator_from,
     initial_inducing_points,
     latent_in_chunks,
+    latent_on_device,
     latent_white_noise,
     record_fit,
     resolve_kernel,
@@ -43,7 +48,7 @@ from ._common import (
     training_rows,
 )
 from ._objective import BoundMethods
-from ._training import StreamState, batch_rows, make_optimisers, run_partial_pass, run_training, starting_jitter
+from ._training import StreamState, make_optimisers, run_partial_pass, run_training, starting_jitter
 
 
 class SparseGPBase(BoundMethods, BaseEstimator):
@@ -133,14 +138,14 @@ class SparseGPBase(BoundMethods, BaseEstimator):
 
     # --- fitting --------------------------------------------------------------------
     def _fit(self, X, y, sample_weight):
-        check_basis_options(self.basis, self.n_orthogonal, self.backend)
+        check_basis_options(self.basis, self.n_orthogonal)
         rng = generator_from(self.random_state)
-        xp = dispatch_namespace(X)
-        if xp is None:
+        where = fit_device(self, X)
+        if where is None:
             rows, y = training_rows(self, X, y, rng, **self._data_checks)
         else:
-            self._check_device_fit(X)
-            rows, y = device_training_rows(self, X, y, xp, **self._data_checks)
+            self._check_device_basis()
+            rows, y = device_training_rows(self, X, y, where, **self._data_checks)
         weights = check_sample_weight(sample_weight, rows.n_rows)
         warm = self.warm_start and hasattr(self, "variational_state_")
         Y = self._fit_targets(y, weights, warm)
@@ -149,57 +154,65 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         else:
             model = self._initial_model(rows.sample, rows.n_rows, rng, rows.sample_weights(weights))
         model.layout, Y = self._layout(Y, weights, self._known_noise(rows.n_rows))
-        if xp is not None:
-            self._check_device_likelihood(model)
-            # The model is built on the host (k-means on the host copy of X); its state and
-            # the target array move to X's device once. Kernel theta and the noise stay on
-            # the host; run_training brings the state back to numpy at the end.
-            model.state = state_to(model.state, rows.to_device)
-            Y = rows.to_device(Y)
+        model, Y = self._to_device(model, Y, rows)
         steps_done = self.n_steps_ if warm else 0
         x_scale = feature_scale(rows.sample, rows.sample_weights(weights))
         history, schedule, bound = run_training(self, model, rows, Y, rng, steps_done=steps_done, x_scale=x_scale)
         self._record_targets(model)
         record_fit(self, model, history, schedule, steps_done, bound=bound)
+        self._fitted_arrays_follow(X)
         self.n_rows_seen_ = rows.n_rows
         self._stream_state = None
         return self
 
-    def _check_device_fit(self, X):
-        """Refuse, with what to do instead, the fits that do not run yet on arrays of
-        another library (scikit-learn's ``array_api_dispatch``)."""
-        if self.basis != "coupled":
-            raise NotImplementedError(
-                f"{type(self).__name__}: basis={self.basis!r} fits numpy arrays only for now; with "
-                "array_api_dispatch on, arrays of another library are fitted with basis='coupled' "
-                "(or convert X and y to numpy)"
-            )
-        n_rows = X.shape[0]
-        if batch_rows(self, n_rows) >= n_rows:
-            # The full-batch fit (collapsed bound, L-BFGS-B) is numpy-only: no silent transfer.
-            raise NotImplementedError(
-                f"{type(self).__name__}: the full-batch fit (collapsed bound, L-BFGS-B) runs on numpy "
-                f"only for now; with array_api_dispatch on, set batch_size to an int below the number "
-                f"of rows ({n_rows}) for a minibatch fit on the arrays' device, or convert X and y to numpy"
-            )
+    #: The fitted array attributes that follow the input's library.
+    _FOLLOWING_ATTRIBUTES = ("inducing_points_", "orthogonal_points_")
 
-    def _check_device_likelihood(self, model):
-        from ..likelihoods import GaussianLikelihood
+    def _fitted_arrays_follow(self, X):
+        """The inducing inputs' public copies (``inducing_points_``, ``orthogonal_points_``)
+        in X's library and on its device when X is an array of another library under
+        ``array_api_dispatch`` (scikit-learn's convention for fitted arrays); the model
+        itself stays numpy."""
+        xp = dispatch_namespace(X)
+        if xp is None:
+            return
+        for name in self._FOLLOWING_ATTRIBUTES:
+            if hasattr(self, name):
+                setattr(self, name, backend.to_namespace(getattr(self, name), xp, device=backend.device_of(X)))
 
-        if type(model.likelihood) is not GaussianLikelihood:
+    @staticmethod
+    def _to_device(model, Y, rows):
+        """The model's state and the target array on the rows' device (a no-op for
+        numpy rows). The model is built on the host (k-means on the host copy of X) and
+        moves once; kernel theta and the noise stay on the host. The training functions
+        bring the state back to numpy at the end of every fit or pass."""
+        if not isinstance(rows, DeviceRows):
+            return model, Y
+        model.state = state_to(model.state, rows.to_device)
+        return model, rows.to_device(Y)
+
+    def _check_device_basis(self):
+        """Refuse, with what to do instead, the bases that do not run yet on arrays of
+        another library."""
+        if not getattr(BASES[self.basis], "ARRAY_API", False):
             raise NotImplementedError(
-                f"{type(self).__name__}: the {type(model.likelihood).__name__} fits numpy arrays only for "
-                "now; with array_api_dispatch on, arrays of another library are fitted with the Gaussian "
-                "likelihood (SparseGPRegressor(likelihood='gaussian')), or convert X and y to numpy"
+                f"{type(self).__name__}: basis={self.basis!r} fits numpy arrays only for now; on "
+                "another array library use basis='coupled' or 'solve' (or backend='numpy' with "
+                "numpy arrays)"
             )
 
     def _partial_fit(self, X, y, sample_weight, n_data, classes=None):
         first = not hasattr(self, "variational_state_")
         if first:
-            check_basis_options(self.basis, self.n_orthogonal, self.backend)
+            check_basis_options(self.basis, self.n_orthogonal)
         stream = getattr(self, "_stream_state", None)
         rng = generator_from(self.random_state) if stream is None else stream.rng
-        rows, y = training_rows(self, X, y, rng, reset=first, **self._data_checks)
+        where = fit_device(self, X)
+        if where is None:
+            rows, y = training_rows(self, X, y, rng, reset=first, **self._data_checks)
+        else:
+            self._check_device_basis()
+            rows, y = device_training_rows(self, X, y, where, reset=first, **self._data_checks)
         weights = check_sample_weight(sample_weight, rows.n_rows)
         Y = self._stream_targets(y, weights, first, classes)
         n_seen = rows.n_rows + (0 if first else self.n_rows_seen_)
@@ -209,6 +222,7 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         else:
             model = self._fitted_model(n_total)
         model.layout, Y = self._layout(Y, weights, self._known_noise(rows.n_rows))
+        model, Y = self._to_device(model, Y, rows)
         steps_done = 0 if first else self.n_steps_
         if stream is None:
             x_scale = feature_scale(rows.sample, rows.sample_weights(weights))
@@ -217,6 +231,7 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         history = run_partial_pass(self, model, rows, Y, stream)
         self._record_targets(model)
         record_fit(self, model, history, stream.schedule, steps_done, append=not first)
+        self._fitted_arrays_follow(X)
         self.n_rows_seen_ = n_seen
         self._stream_state = stream
         return self
@@ -224,13 +239,33 @@ class SparseGPBase(BoundMethods, BaseEstimator):
     # --- prediction -----------------------------------------------------------------
     def _latent(self, X, full_cov=False):
         """Latent mean (n, L) and variance (n, C) or covariance (C, n, n) of the fitted
-        model at X, latent white noise included, on the scale of the fit."""
+        model at X, latent white noise included, on the scale of the fit, as numpy arrays.
+
+        X of another library under ``array_api_dispatch`` is not copied to the host: the
+        kernel matrices and products run on its device, and only the (n, L) results come
+        back."""
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
         kernel = compile_kernel(self.kernel_, white_as_noise=True)
         white = kernel.white_noise_level if self._latent_noise_from_white() else 0.0
+        xp = dispatch_namespace(X)
+        if xp is not None:
+            X = device_rows_for_prediction(self, X, xp)
+            mean, second = latent_on_device(self.predictor_, kernel, X, xp, full_cov)
+        else:
+            X = validate_data(self, X, reset=False, dtype=np.float64)
+            if full_cov:
+                mean, second = self.predictor_.latent(kernel, X, full_cov=True)
+            else:
+                mean, second = latent_in_chunks(self.predictor_, kernel, X)
         if full_cov:
-            mean, cov = self.predictor_.latent(kernel, X, full_cov=True)
-            return mean, cov + white * np.eye(X.shape[0])
-        mean, var = latent_in_chunks(self.predictor_, kernel, X)
-        return mean, var + white
+            return mean, second + white * np.eye(mean.shape[0])
+        return mean, second + white
+
+    def __getstate__(self):
+        # A model fitted on arrays of another library keeps its model in numpy; only the
+        # inducing inputs' public copy follows the input's library (scikit-learn's
+        # convention), and it is pickled as numpy so that the model loads anywhere.
+        state = super().__getstate__()
+        following = {name: backend.to_numpy(state[name]) for name in self._FOLLOWING_ATTRIBUTES
+                     if backend.is_foreign(state.get(name))}
+        return dict(state, **following) if following else state

@@ -5,7 +5,11 @@ what a :class:`skgp_sparse.elbo.VariationalModel` is built from (kernel, inducin
 rows); :mod:`._training` runs the fit.
 """
 
+import copy
+import dataclasses
+import functools
 import warnings
+from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
@@ -39,23 +43,20 @@ COMMON_CONSTRAINTS = {
     "variational_optimizer": [StrOptions({"natural", "adam"})],
     "learn_inducing": ["boolean"],
     "inducing_init": [StrOptions(set(INDUCING_METHODS)), "array-like"],
-    "backend": [StrOptions({"numpy", "cupy"})],
+    "backend": [StrOptions({"numpy", "cupy", "torch"})],
+    "dtype": [StrOptions({"float64", "float32"})],
     "random_state": ["random_state"],
     "verbose": ["verbose"],
     "warm_start": ["boolean"],
     "jitter": [StrOptions({"auto"}), Interval(Real, 0, None, closed="left")],
 }
 
-def check_basis_options(basis, n_orthogonal, backend):
+def check_basis_options(basis, n_orthogonal):
     """Refuse combinations that cannot work, with a message that says why."""
     if n_orthogonal != 0 and basis not in ORTHOGONAL_BASES:
         raise ValueError(
             f"n_orthogonal={n_orthogonal} is only used by the bases {list(ORTHOGONAL_BASES)}; "
             f"basis={basis!r} has no orthogonal set, so leave n_orthogonal=0"
-        )
-    if backend == "cupy":
-        raise NotImplementedError(
-            "backend='cupy' is not available yet in this version of skgp_sparse; use backend='numpy'"
         )
 
 
@@ -110,7 +111,8 @@ def check_sample_weight(sample_weight, n_rows):
         return None
     if is_dask_collection(sample_weight):
         sample_weight = sample_weight.compute()
-    w = np.asarray(sample_weight, dtype=np.float64)
+    # Weights of another library join the host target layout, which goes to the device once.
+    w = np.asarray(backend.to_numpy(sample_weight), dtype=np.float64)
     if w.ndim == 0:
         w = np.full(n_rows, float(w))
     if w.ndim != 1 or w.shape[0] != n_rows:
@@ -211,11 +213,12 @@ class DeviceRows(InMemoryRows):
     only to initialise (inducing inputs by k-means, feature scales).
     """
 
-    def __init__(self, X, sample, xp):
+    def __init__(self, X, sample, xp, dtype):
         self.X = X
         self.sample = sample
         self.n_rows = X.shape[0]
         self.xp = xp
+        self.dtype = dtype
         self.device = backend.device_of(X)
 
     def _take(self, a, rows):
@@ -246,8 +249,9 @@ class DeviceRows(InMemoryRows):
         return self._take(self.X, rows), self._take(Y, rows)
 
     def to_device(self, a):
-        """A host array ``a`` (targets, state) in the rows' library, on their device."""
-        return backend.to_namespace(a, self.xp, device=self.device)
+        """A host array ``a`` (targets, state) in the rows' library, on their device, in
+        their floating dtype."""
+        return backend.to_namespace(a, self.xp, device=self.device, dtype=self.dtype)
 
 
 def dispatch_namespace(X):
@@ -263,29 +267,139 @@ def dispatch_namespace(X):
     return backend.namespace(X)
 
 
-def device_training_rows(estimator, X, y, xp, **check_params):
-    """Validate (X, y) of another array library for fit: the rows as :class:`DeviceRows`
-    (X stays in its library and on its device, as float64) and y as numpy.
+@dataclass
+class FitDevice:
+    """Where a fit runs when it does not run on numpy: a namespace, a device (None:
+    that of the input arrays) and the floating dtype of the training arrays."""
+
+    xp: object
+    device: object
+    dtype: object
+
+
+def fit_device(estimator, X):
+    """Where ``estimator`` fits X: None for the numpy path, else a :class:`FitDevice`.
+
+    Arrays of another library under ``array_api_dispatch`` are fitted where they live;
+    ``backend="cupy"`` or ``"torch"`` moves numpy input to that library's GPU (and fails
+    at once, naming what is missing, without one).
+    """
+    xp = dispatch_namespace(X)
+    device = None
+    if estimator.backend != "numpy":
+        gpu_xp, device = backend.device_namespace(estimator.backend)
+        if xp is not None and backend.library(xp) != estimator.backend:
+            raise ValueError(
+                f"{type(estimator).__name__}: backend={estimator.backend!r} but X is an array of "
+                f"{backend.library(xp)}; pass numpy arrays (moved to the GPU by the fit) or arrays "
+                "of the backend's library"
+            )
+        xp = gpu_xp
+    if xp is None:
+        if estimator.dtype != "float64":
+            raise NotImplementedError(
+                f"{type(estimator).__name__}: dtype={estimator.dtype!r} runs on the array-library "
+                "path only for now (backend='cupy' or 'torch', or arrays of another library under "
+                "scikit-learn's array_api_dispatch); the numpy path fits in float64"
+            )
+        return None
+    dtype = getattr(xp, estimator.dtype)
+    return FitDevice(xp, device, dtype)
+
+
+def device_training_rows(estimator, X, y, where, **check_params):
+    """Validate (X, y) for a fit on ``where`` (a :class:`FitDevice`): the rows as
+    :class:`DeviceRows` (X in the device's library, on its device, in its dtype) and
+    y as numpy.
 
     The checks of ``validate_data`` (and ``n_features_in_``) run on host copies; y is
     brought to the host because the target transformations (normalisation, layout) are
-    numpy code; the fit sends the finished target array back to X's device once.
+    numpy code; the fit sends the finished target array to the device once.
     """
-    host_X = backend.to_numpy(X)
+    foreign = backend.is_foreign(X)
+    host_X = backend.to_numpy(X) if foreign else X
     host_y = backend.to_numpy(y) if backend.is_foreign(y) else y
     host_X, y = validate_data(estimator, host_X, host_y, dtype=np.float64, order="C", **check_params)
-    if X.dtype != xp.float64:
-        X = xp.astype(X, xp.float64)
-    return DeviceRows(X, host_X, xp), y
+    xp = where.xp
+    if foreign:
+        X = xp.astype(X, where.dtype) if X.dtype != where.dtype else X
+    else:
+        X = backend.to_namespace(host_X, xp, device=where.device, dtype=where.dtype)
+    return DeviceRows(X, host_X, xp, where.dtype), y
 
 
 def state_to(state, convert):
-    """A basis state (a dataclass of arrays) with every array passed through ``convert``;
-    cached fields (None) stay None."""
-    import dataclasses
+    """A basis state or predictor (a dataclass of arrays, possibly nesting another) with
+    every array passed through ``convert``; other fields (None caches, settings, numbers)
+    are kept as they are."""
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        changes = {f.name: state_to(getattr(state, f.name), convert) for f in dataclasses.fields(state) if f.init}
+        return dataclasses.replace(state, **changes)
+    if isinstance(state, np.ndarray) or backend.is_foreign(state):
+        return convert(state)
+    if isinstance(state, np.random.Generator):
+        # Its own stream: drawing from the moved state must not advance the original.
+        return copy.deepcopy(state)
+    return state
 
-    values = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
-    return type(state)(**{name: None if v is None else convert(v) for name, v in values.items()})
+
+def device_rows_for_prediction(estimator, X, xp):
+    """X, an array of another library under ``array_api_dispatch``, checked for
+    prediction where it lives (no copy to the host): two dimensions, the fitted number of
+    features, finite; as the widest float of its device."""
+    if X.ndim != 2:
+        raise ValueError(f"Expected a 2D array for X, got {X.ndim} dimensions; reshape your data")
+    if X.shape[1] != estimator.n_features_in_:
+        raise ValueError(
+            f"X has {X.shape[1]} features, but {type(estimator).__name__} is expecting "
+            f"{estimator.n_features_in_} features as input."
+        )
+    dtype = backend.widest_float(xp, backend.device_of(X))
+    X = xp.astype(X, dtype) if X.dtype != dtype else X
+    if not bool(xp.all(xp.isfinite(X))):
+        raise ValueError("Input X contains NaN or infinity.")
+    return X
+
+
+def latent_on_device(predictor, kernel, X, xp, full_cov=False):
+    """Latent predictions of a fitted (numpy) predictor at X of another library, computed
+    on X's device (the predictor's arrays are sent there once), in chunks of
+    PREDICT_CHUNK rows; returned as numpy arrays."""
+    device = backend.device_of(X)
+    on_device = state_to(predictor, lambda a: backend.to_namespace(a, xp, device=device, dtype=X.dtype))
+    if full_cov:
+        mean, cov = on_device.latent(kernel, X, full_cov=True)
+        return backend.to_numpy(mean), backend.to_numpy(cov)
+    parts = [on_device.latent(kernel, X[rows, ...]) for rows in chunked(X.shape[0])]
+    if not parts:
+        raise ValueError("X has no rows")
+    mean = xp.concat([p[0] for p in parts], axis=0)
+    var = xp.concat([p[1] for p in parts], axis=0)
+    return backend.to_numpy(mean), backend.to_numpy(var)
+
+
+def outputs_follow_input(method):
+    """Decorate a prediction method ``method(self, X, ...)``: with scikit-learn's
+    ``array_api_dispatch`` on and X an array of another library, its numeric outputs are
+    returned in X's library and on X's device (scikit-learn's convention); labels of
+    another kind (strings) stay numpy."""
+
+    @functools.wraps(method)
+    def wrapper(self, X, *args, **kwargs):
+        out = method(self, X, *args, **kwargs)
+        xp = dispatch_namespace(X)
+        if xp is None:
+            return out
+        device = backend.device_of(X)
+
+        def convert(a):
+            if isinstance(a, np.ndarray) and a.dtype.kind in "biuf":
+                return backend.to_namespace(np.ascontiguousarray(a), xp, device=device)
+            return a
+
+        return tuple(convert(a) for a in out) if isinstance(out, tuple) else convert(out)
+
+    return wrapper
 
 
 def is_dask_collection(a):

@@ -41,8 +41,19 @@ SHARED_DOCS = {
         noise variance, so that it does not bias the bound. A float: the relative
         jitter, ``jitter * mean(diag(K_zz))``. A factorisation that fails is retried with
         ten times more (recorded in ``jitter_`` and reported by a ``JitterWarning``).""",
-    "backend": """backend : {"numpy", "cupy"}, default="numpy"
-        Array library of the fit. ``"cupy"`` is announced and raises until it lands.""",
+    "backend": """backend : {"numpy", "cupy", "torch"}, default="numpy"
+        Array library of the fit. ``"numpy"``: the CPU path (numba and BLAS), or, with
+        scikit-learn's ``array_api_dispatch`` on, the library and device of X when X is
+        an array of another library (CuPy, PyTorch, ...). ``"cupy"``: numpy input is
+        moved to CuPy's current GPU for the fit; ``"torch"``: to PyTorch's current CUDA
+        device. Either fails at once, naming what is missing, without the library or a
+        GPU. The training rows, minibatches and q(u) stay on the device for the whole
+        fit; the fitted model holds numpy arrays, so it pickles and predicts anywhere.""",
+    "dtype": """dtype : {"float64", "float32"}, default="float64"
+        Floating dtype of the training arrays on the array-library path (``backend`` not
+        ``"numpy"``, or arrays of another library under ``array_api_dispatch``). In
+        float32 the factorisation of K(Z, Z) falls back to float64 where float32 fails.
+        The numpy path fits in float64 only (float32 raises NotImplementedError).""",
     "random_state": """random_state : int, RandomState instance or None, default=None
         Seeds the inducing initialisation and the minibatch order: the same value gives
         the same model.""",

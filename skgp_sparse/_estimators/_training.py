@@ -122,7 +122,8 @@ def make_optimisers(estimator, model, x_scale, full_batch, steps_done, falling_e
 
 def auto_jitter(kernel, Z, noise_variance=None):
     """The relative jitter that ``jitter="auto"`` starts from (see :data:`AUTO_JITTER`)."""
-    scale = float(np.mean(kernel.diag(Z)))
+    diag = kernel.diag(Z)
+    scale = float(backend.namespace(diag).mean(diag))
     if noise_variance is None or not scale > 0:
         return AUTO_JITTER
     return min(AUTO_JITTER, AUTO_JITTER * noise_variance / scale)
@@ -216,6 +217,7 @@ def run_training(estimator, model, rows, Y, rng, steps_done=0, x_scale=None):
     name = type(estimator).__name__
     if fits_collapsed(model, rows, batch):
         history, bound = run_collapsed(estimator, model, rows, Y, rng, x_scale)
+        _state_to_host(model)
         step_tolerance = 0.0
     else:
         steps_per_epoch = -(-n // batch)
@@ -295,6 +297,7 @@ def run_partial_pass(estimator, model, rows, Y, stream):
         batches=rows.batches(Y, batch),
         warmup_steps=warmup_steps(model, stream.schedule, -(-n // batch)),
     )
+    _state_to_host(model)
     if history.interrupted:
         warn_interrupted(estimator, history)
     return history

@@ -9,7 +9,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..likelihoods import BernoulliLikelihood, RobustMaxLikelihood, SoftmaxLikelihood
 from ._base import SparseGPBase
 from ._docs import fill_docstring
-from ._common import COMMON_CONSTRAINTS, is_dask_collection
+from ._common import COMMON_CONSTRAINTS, is_dask_collection, outputs_follow_input
 
 #: Likelihoods with one latent function (two classes only), by link name.
 BINARY_LIKELIHOODS = ("probit", "logit")
@@ -101,6 +101,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
     %(inducing_init)s
     %(jitter)s
     %(backend)s
+    %(dtype)s
     %(random_state)s
     %(verbose)s
     warm_start : bool, default=False
@@ -165,6 +166,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
         inducing_init="kmeans",
         jitter="auto",
         backend="numpy",
+        dtype="float64",
         random_state=None,
         verbose=0,
         warm_start=False,
@@ -186,6 +188,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
         self.inducing_init = inducing_init
         self.jitter = jitter
         self.backend = backend
+        self.dtype = dtype
         self.random_state = random_state
         self.verbose = verbose
         self.warm_start = warm_start
@@ -332,6 +335,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
         mean, var = self._latent(X)
         return mean, np.ascontiguousarray(np.broadcast_to(var, mean.shape))
 
+    @outputs_follow_input
     def latent_mean_and_variance(self, X):
         """Mean and variance of the latent functions f at X.
 
@@ -351,6 +355,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
             return mean[:, 0], var[:, 0]
         return mean, var
 
+    @outputs_follow_input
     def predict_proba(self, X):
         """Predictive class probabilities, the likelihood averaged over q(f).
 
@@ -365,6 +370,9 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
         """
         if is_dask_collection(X):
             return self._map_dask(self.predict_proba, X)
+        return self._proba(X)
+
+    def _proba(self, X):
         mean, var = self._latent_per_class(X)
         likelihood = make_likelihood(self.likelihood_, len(self.classes_))
         proba = likelihood.predict_proba(mean, var)
@@ -373,6 +381,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
             proba = np.hstack([1.0 - proba, proba])
         return proba
 
+    @outputs_follow_input
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`.
 
@@ -387,8 +396,9 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
         if is_dask_collection(X):
             return self._map_dask(self.predict_log_proba, X)
         with np.errstate(divide="ignore"):
-            return np.log(self.predict_proba(X))
+            return np.log(self._proba(X))
 
+    @outputs_follow_input
     def predict(self, X):
         """The most probable class under :meth:`predict_proba`.
 
@@ -403,7 +413,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
         """
         if is_dask_collection(X):
             return self._map_dask(self.predict, X)
-        proba = self.predict_proba(X)
+        proba = self._proba(X)
         return self.classes_[np.argmax(proba, axis=1)]
 
     def _bound_targets(self, y):

@@ -1,6 +1,7 @@
 """SparseGPRegressor: the scikit-learn face of sparse variational GP regression."""
 
 import warnings
+from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
@@ -9,14 +10,25 @@ from sklearn.exceptions import DataConversionWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from .. import backend
 from ..kernels import compile_kernel
 from ..likelihoods import GaussianLikelihood, NoiseParameter, PoissonLikelihood, StudentTLikelihood
 from ._base import SparseGPBase
 from ._docs import fill_docstring
-from ._common import COMMON_CONSTRAINTS, is_dask_collection
+from ._common import COMMON_CONSTRAINTS, is_dask_collection, outputs_follow_input
 
 
 @fill_docstring
+@dataclass(frozen=True)
+class TargetScaling:
+    """The normalisation of the training targets: y = mean + std * (targets of the fit),
+    per column. Held together as one host object (not two fitted arrays): it is applied
+    to the numpy predictions, on whichever library the model was fitted."""
+
+    mean: np.ndarray
+    std: np.ndarray
+
+
 class SparseGPRegressor(RegressorMixin, SparseGPBase):
     """Sparse variational Gaussian process regression, fitted by minibatch natural gradients.
 
@@ -111,6 +123,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         GaussianProcessRegressor; predictions are returned on the original scale.
     %(jitter)s
     %(backend)s
+    %(dtype)s
     %(random_state)s
     %(verbose)s
     warm_start : bool, default=False
@@ -189,6 +202,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         n_restarts_optimizer=0,
         jitter="auto",
         backend="numpy",
+        dtype="float64",
         random_state=None,
         verbose=0,
         warm_start=False,
@@ -216,6 +230,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         self.n_restarts_optimizer = n_restarts_optimizer
         self.jitter = jitter
         self.backend = backend
+        self.dtype = dtype
         self.random_state = random_state
         self.verbose = verbose
         self.warm_start = warm_start
@@ -267,7 +282,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         if self.likelihood == "gaussian":
             model.set_noise_variance(self.noise_variance_)
         elif model.likelihood.n_params:
-            model.likelihood.set_log_params(self._likelihood_log_params)
+            model.likelihood.set_log_params(np.array(self._likelihood_log_params))
 
     def _latent_shape(self):
         # Gaussian noise is shared by the outputs, so they share one covariance.
@@ -322,13 +337,12 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         """Set the target normalisation from (weighted) y and return y normalised."""
         w = np.ones(y2.shape[0]) if sample_weight is None else sample_weight
         if self.normalize_y and self.likelihood != "poisson":
-            self._y_train_mean = (w @ y2) / w.sum()
-            std = np.sqrt((w @ (y2 - self._y_train_mean) ** 2) / w.sum())
+            mean = (w @ y2) / w.sum()
+            std = np.sqrt((w @ (y2 - mean) ** 2) / w.sum())
             # A constant target column has nothing to scale.
-            self._y_train_std = np.where(std > 0, std, 1.0)
+            self._target_scaling = TargetScaling(mean, np.where(std > 0, std, 1.0))
         else:
-            self._y_train_mean = np.zeros(y2.shape[1])
-            self._y_train_std = np.ones(y2.shape[1])
+            self._target_scaling = TargetScaling(np.zeros(y2.shape[1]), np.ones(y2.shape[1]))
         # Counts are not shifted or scaled: the latent log-rate is taken relative to the
         # log of the mean count instead, so that the zero-mean prior sits on the data.
         mean_count = float((w @ y2[:, 0]) / w.sum()) if self.likelihood == "poisson" else 1.0
@@ -350,7 +364,9 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         elif hasattr(self, "noise_variance_"):
             del self.noise_variance_  # left by an earlier fit under the Gaussian likelihood
         self.likelihood_params_ = self._fitted_likelihood_params(model.likelihood)
-        self._likelihood_log_params = getattr(model.likelihood, "log_params", np.empty(0))
+        # A tuple: host numbers, not a fitted array (scikit-learn's Array API check expects
+        # every fitted array to follow the input's library).
+        self._likelihood_log_params = tuple(float(v) for v in getattr(model.likelihood, "log_params", ()))
 
     @staticmethod
     def _fitted_likelihood_params(likelihood):
@@ -366,7 +382,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         if isinstance(likelihood, GaussianLikelihood):
             likelihood.noise_variance = self.noise_variance_
         elif likelihood.n_params:
-            likelihood.set_log_params(self._likelihood_log_params)
+            likelihood.set_log_params(np.array(self._likelihood_log_params))
         return likelihood
 
     # --- fitting --------------------------------------------------------------------
@@ -424,10 +440,19 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         return self._partial_fit(X, y, sample_weight, n_data)
 
     # --- prediction -----------------------------------------------------------------
+    @property
+    def _y_train_mean(self):
+        return self._target_scaling.mean
+
+    @property
+    def _y_train_std(self):
+        return self._target_scaling.std
+
     def _to_output_shape(self, a):
         """(n, P) -> (n,) for a single target, as GaussianProcessRegressor does."""
         return a[:, 0] if a.shape[1] == 1 else a
 
+    @outputs_follow_input
     def latent_mean_and_variance(self, X):
         """Mean and variance of the latent function f (no observation noise).
 
@@ -451,6 +476,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         var = np.broadcast_to(var, mean.shape) * scale**2
         return self._to_output_shape(mean), self._to_output_shape(np.ascontiguousarray(var))
 
+    @outputs_follow_input
     def predict(self, X, return_std=False, return_cov=False):
         """Predictive distribution of y at X (observation noise included).
 
@@ -501,6 +527,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
             return y_mean_out
         return y_mean_out, self._to_output_shape(np.ascontiguousarray(np.sqrt(y_var) * scale))
 
+    @outputs_follow_input
     def log_predictive_density(self, X, y):
         """Log density (for ``"poisson"``, log probability) of y under the predictive
         distribution at X, row by row: the negative of the test NLPD's terms.
@@ -518,12 +545,13 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         """
         likelihood = self._fitted_likelihood()
         mean, var = self._latent(X)
-        Y = self._scale_targets(np.asarray(y, dtype=np.float64))
+        Y = self._scale_targets(np.asarray(backend.to_numpy(y), dtype=np.float64))
         if Y.shape[0] != mean.shape[0]:
             raise ValueError(f"X has {mean.shape[0]} rows but y has {Y.shape[0]}")
         density = likelihood.log_predictive_density(Y, mean, np.broadcast_to(var, mean.shape))
         return self._to_output_shape(density - np.log(self._y_train_std))
 
+    @outputs_follow_input
     def sample_y(self, X, n_samples=1, random_state=0):
         """Draw samples of y from the joint predictive distribution at X.
 
@@ -547,7 +575,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
 
         rng = check_random_state(random_state)
         if self.likelihood == "gaussian":
-            mean, cov = self.predict(X, return_cov=True)
+            mean, cov = self.predict.__wrapped__(self, X, return_cov=True)
             if mean.ndim == 1:
                 return rng.multivariate_normal(mean, cov, n_samples).T
             draws = [rng.multivariate_normal(mean[:, p], cov[..., p], n_samples).T[:, np.newaxis] for p in range(mean.shape[1])]

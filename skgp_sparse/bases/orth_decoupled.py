@@ -38,6 +38,17 @@ do not recompute it.
 
 With n_orthogonal = 0 every function hands over to :mod:`.coupled` unchanged, so the model
 is exactly the coupled one.
+
+The state's arrays and X may also be arrays of another library (CuPy, PyTorch,
+array_api_strict; see :mod:`skgp_sparse.backend`): as in the coupled basis, each entry
+point branches on the namespace, numpy keeping its BLAS/numba path unchanged (in-place
+writes over kernel matrices included), and the other namespaces take the same formulas
+in Array API operations, answering in the inputs' namespace and device. The sampled
+columns of a^T K_gg a are drawn on the host from the state's numpy generator (the same
+stream whatever the library) and sent to the device as one index array; the rows they
+select are taken with ``take`` and their adjoints put back by a product with the
+(Mg x c) selection matrix (the standard has no scatter). tests/test_backend_orth_decoupled.py
+checks them against numpy.
 """
 
 import copy
@@ -46,7 +57,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import coupled
-from .toolkit import summed_var_adjoint
+from .toolkit import copy_array, summed_var_adjoint
+from .. import backend as be
 from ..kernels import CompiledKernel
 from ..linalg import mm, solve_triangular
 
@@ -63,6 +75,8 @@ VARIATIONAL_FIELDS = ("q_mean", "q_sqrt")
 INIT_OPTIONS = ("kl_columns", "seed")
 EXACT_NATURAL_STEP = True
 CONJUGATE_NATURAL_STEP = True
+#: Runs on arrays of any Array API library (numpy, CuPy, PyTorch, array_api_strict, ...).
+ARRAY_API = True
 
 #: ``kl_columns="auto"``: the exact a^T K_gg a up to this many gamma points (where it
 #: costs about a tenth of a step at batch 1024, a fifth at 512) ...
@@ -106,6 +120,9 @@ def resolve_kl_columns(kl_columns, n_orthogonal):
 @dataclass
 class OrthState:
     """Variational parameters of the orthogonally decoupled basis.
+
+    The arrays are numpy arrays (float64), or all arrays of one other namespace, on one
+    device (see :func:`init_state`); the column generator is numpy's in both cases.
 
     Attributes
     ----------
@@ -162,7 +179,7 @@ class OrthState:
     def copy(self):
         # The generator is copied with its position: the copy draws what the original would.
         return OrthState(
-            self.beta.copy(), self.orthogonal.copy(), self.orth_mean.copy(), self.kl_columns,
+            self.beta.copy(), copy_array(self.orthogonal), copy_array(self.orth_mean), self.kl_columns,
             copy.deepcopy(self.column_rng),
         )
 
@@ -187,6 +204,9 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0, *, kl_columns="
     Parameters
     ----------
     points : ndarray of shape (Mb + Mg, D)
+        numpy (or array-like): the state is numpy float64. An array of another library:
+        the state's arrays are of that library, on the points' device, in their floating
+        dtype (float32 points give a float32 state).
     n_outputs : int
         P, the number of latent functions.
     n_covariances : int
@@ -206,7 +226,12 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0, *, kl_columns="
     -------
     OrthState
     """
-    points = np.array(points, dtype=np.float64)
+    xp = be.input_namespace(points)
+    numpy = be.is_numpy(xp)
+    if numpy:
+        points = np.array(points, dtype=np.float64)
+    else:
+        points = xp.asarray(xp.astype(points, be.working_float(xp, points)), copy=True)
     n_orthogonal = int(n_orthogonal)
     if n_orthogonal < 0 or points.shape[0] - n_orthogonal < 1:
         raise ValueError(
@@ -215,17 +240,55 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0, *, kl_columns="
         )
     columns = resolve_kl_columns(kl_columns, n_orthogonal)
     n_beta = points.shape[0] - n_orthogonal
-    beta = coupled.init_state(points[:n_beta], n_outputs, n_covariances)
     rng = None if columns is None else np.random.default_rng(0 if seed is None else seed)
+    if not numpy:
+        beta = coupled.init_state(points[:n_beta, ...], n_outputs, n_covariances)
+        orth_mean = xp.zeros((n_orthogonal, n_outputs), dtype=points.dtype, device=be.device_of(points))
+        return OrthState(beta, copy_array(points[n_beta:, ...]), orth_mean, columns, rng)
+    beta = coupled.init_state(points[:n_beta], n_outputs, n_covariances)
     return OrthState(beta, points[n_beta:].copy(), np.zeros((n_orthogonal, n_outputs)), columns, rng)
 
 
 # --- pieces of the forward pass ----------------------------------------------------------
 def _reusable(kernel, matrix):
     """``matrix`` (a kernel matrix from ``kernel.vjp``) if its memory may be written over,
-    else None: a :class:`~skgp_sparse.kernels.CompiledKernel` hands over the matrices it
-    returns (its reverse passes keep their own copies); other kernels promise nothing."""
-    return matrix if isinstance(kernel, CompiledKernel) else None
+    else None: a :class:`~skgp_sparse.kernels.CompiledKernel` hands over the numpy matrices
+    it returns (its reverse passes keep their own copies); other kernels promise nothing,
+    and arrays of other libraries are never written in place (the standard does not say
+    whether a result shares memory with what a reverse pass keeps)."""
+    return matrix if isinstance(kernel, CompiledKernel) and isinstance(matrix, np.ndarray) else None
+
+
+def _summed(a):
+    """The sum of the entries of ``a``: a Python float for numpy, a 0-d array of its
+    library otherwise (no synchronisation with the host)."""
+    if isinstance(a, np.ndarray):
+        return float(np.sum(a))
+    return be.namespace(a).sum(a)
+
+
+def _stacked_rows(top, bottom):
+    """[top; bottom] in the namespace of ``bottom`` (an array of the state)."""
+    if isinstance(bottom, np.ndarray):
+        return np.vstack([top, bottom])
+    return be.namespace(top, bottom).concat([top, bottom], axis=0)
+
+
+def _zeros_like(a):
+    """Zeros of the shape, dtype, namespace and device of ``a``."""
+    if isinstance(a, np.ndarray):
+        return np.zeros_like(a)
+    return be.namespace(a).zeros_like(a)
+
+
+def _same_array(x, y):
+    """Whether ``x`` and ``y`` hold the same values (arrays of one library on one device;
+    anything else is not the same)."""
+    if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
+        return np.array_equal(x, y)
+    if type(x) is not type(y) or x.shape != y.shape or be.device_of(x) != be.device_of(y):
+        return False
+    return bool(be.namespace(x, y).all(x == y))
 
 
 def _outer_over(buffer, left, right):
@@ -245,7 +308,7 @@ class _ExactQuadratic:
     def __init__(self, kernel, gamma, a):
         kgg, self.back = kernel.vjp(gamma)
         self.a, self.kgg_a = a, mm(kgg, a)
-        self.value = float(np.sum(a * self.kgg_a))
+        self.value = _summed(a * self.kgg_a)
         # Only its memory is needed any more: the adjoint -1/2 a a^T is written there.
         self.buffer = _reusable(kernel, kgg)
 
@@ -261,24 +324,51 @@ class _ExactQuadratic:
 
 class _SampledQuadratic:
     """(Mg / c) sum_p a_C,p^T K_Cg a_p from c columns C drawn uniformly without replacement:
-    unbiased for sum_p a_p^T K_gg a_p, and so are its derivatives (spec 4.4)."""
+    unbiased for sum_p a_p^T K_gg a_p, and so are its derivatives (spec 4.4).
+
+    The columns are drawn on the host, from ``rng``, whatever the arrays' library. For
+    another library they go to the arrays' device once as an index array (``index``), and
+    the (Mg x c) selection matrix E (E[C_j, j] = 1) puts the rows' adjoints back into
+    Mg rows by a product (the Array API has no scatter); for numpy ``index`` is None
+    and numpy's fancy indexing does both."""
 
     def __init__(self, kernel, gamma, a, columns, rng):
         n = gamma.shape[0]
         self.cols = np.sort(rng.choice(n, columns, replace=False))
         self.scale = n / columns
-        kcg, self.back = kernel.vjp(gamma[self.cols], gamma)
+        self.index = self.select = None
+        if not isinstance(gamma, np.ndarray):
+            xp = be.namespace(gamma, a)
+            device = be.device_of(gamma)
+            self.index = be.to_namespace(self.cols, xp, device=device)
+            hit = xp.reshape(xp.arange(n, device=device), (n, 1)) == xp.reshape(self.index, (1, columns))
+            self.select = xp.astype(hit, a.dtype)
+        kcg, self.back = kernel.vjp(self._rows(gamma), gamma)
         self.a, self.kcg, self.kcg_a = a, kcg, mm(kcg, a)
-        self.value = self.scale * float(np.sum(a[self.cols] * self.kcg_a))
+        self.value = self.scale * _summed(self._rows(a) * self.kcg_a)
+
+    def _rows(self, x):
+        """The sampled rows of ``x``."""
+        if self.index is None:
+            return x[self.cols]
+        return be.namespace(x).take(x, self.index, axis=0)
 
     def a_gradient(self):
-        grad = -0.5 * self.scale * mm(self.kcg, self.a[self.cols], trans_a=True)
+        grad = -0.5 * self.scale * mm(self.kcg, self._rows(self.a), trans_a=True)
+        if self.index is not None:
+            return grad - mm(self.select, (0.5 * self.scale) * self.kcg_a)
         grad[self.cols] -= 0.5 * self.scale * self.kcg_a
         return grad
 
     def backward(self, kernel, gamma, want_gamma):
-        kcg_bar = -0.5 * self.scale * mm(self.a[self.cols], self.a, trans_b=True)
+        kcg_bar = -0.5 * self.scale * mm(self._rows(self.a), self.a, trans_b=True)
         theta_bar, rows_bar = self.back(kcg_bar)
+        if self.index is not None:
+            if not want_gamma:
+                return theta_bar, _zeros_like(gamma)
+            # The rows' side (through E) and the columns' side of K_Cg.
+            _, back_cols = kernel.vjp(gamma, self._rows(gamma))
+            return theta_bar, mm(self.select, rows_bar) + back_cols(kcg_bar.T)[1]
         gamma_bar = np.zeros_like(gamma)
         if want_gamma:
             gamma_bar[self.cols] = rows_bar
@@ -301,11 +391,11 @@ def _exact_quadratic_value(kernel, state, a):
     key = (id(kernel), kernel.theta, state.orthogonal, a)
     cache = state.quadratic_cache
     if cache is not None and cache[0][0] == key[0] and all(
-        np.array_equal(x, y) for x, y in zip(cache[0][1:], key[1:])
+        _same_array(x, y) for x, y in zip(cache[0][1:], key[1:])
     ):
         return cache[1]
-    value = float(np.sum(a * mm(kernel(state.orthogonal), a)))
-    state.quadratic_cache = ((key[0],) + tuple(np.array(x, copy=True) for x in key[1:]), value)
+    value = _summed(a * mm(kernel(state.orthogonal), a))
+    state.quadratic_cache = ((key[0],) + tuple(copy_array(x) for x in key[1:]), value)
     return value
 
 
@@ -350,7 +440,7 @@ def marginals(kernel, X, state, jitter, need_grad=True):
                                             form="auto" if need_grad else "whitened")
     gamma, beta = state.orthogonal, state.inducing
     n_rows = X.shape[0]
-    joint = np.vstack([X, beta])
+    joint = _stacked_rows(X, beta)
     if with_vjp:
         k_gamma, back_gamma = kernel.vjp(gamma, joint)
     else:
@@ -358,9 +448,9 @@ def marginals(kernel, X, state, jitter, need_grad=True):
     a = state.orth_mean
     # [K_Xg a; K_bg a] in one product.
     k_a = mm(k_gamma, a, trans_a=True)
-    w = solve_triangular(tape_b.low_k, k_a[n_rows:])
+    w = solve_triangular(tape_b.low_k, k_a[n_rows:, ...])
     # mean = A^T m + K_Xg a - A^T w
-    mean = mean_b + k_a[:n_rows] - tape_b.at_times(w)
+    mean = mean_b + k_a[:n_rows, ...] - tape_b.at_times(w)
     if not need_grad:
         return mean, var, None
     tape = _Tape()
@@ -393,7 +483,7 @@ def kl_divergence(kernel, state, jitter, tape=None):
         quad = _exact_quadratic_value(kernel, state, a)
     else:
         w, quad = tape.w, tape.quad.value
-    return kl + 0.5 * (quad - float(np.sum(w * w)))
+    return kl + 0.5 * (quad - _summed(w * w))
 
 
 def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal", "orth_mean")):
@@ -417,12 +507,13 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal", "orth
         theta_bar, bars = coupled.backward(tape.beta, state.beta, d_mean, d_var, fields_b)
         for name in fields:
             if name == "orthogonal":
-                bars[name] = np.zeros_like(state.orthogonal)
+                bars[name] = _zeros_like(state.orthogonal)
             elif name == "orth_mean":
-                bars[name] = np.zeros_like(state.orth_mean)
+                bars[name] = _zeros_like(state.orth_mean)
         return theta_bar, bars
     tb, kernel = tape.beta, tape.kernel
     a, w = tape.a, tape.w
+    numpy = isinstance(w, np.ndarray)
     # The coupled pass (coupled.backward) over the mean weights m - w, unrolled so that the
     # gamma part's share of L_k^T dF/dL_k joins it before the Cholesky adjoint.
     h = summed_var_adjoint(d_var, state.q_sqrt.shape[0])
@@ -434,8 +525,8 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal", "orth
     lt_low_bar -= mm(w_bar, w, trans_b=True)
     theta_zz, z_zz = tb.back_zz(tb.cholesky_adjoint(lt_low_bar))
     theta_zx, z_zx = tb.back_zx(kzx_bar)
-    theta_d = tb.back_diag(h.sum(axis=1))
-    joint_bar = np.vstack([d_mean, c_bar])
+    theta_d = tb.back_diag(h.sum(axis=1) if numpy else be.namespace(h).sum(h, axis=1))
+    joint_bar = _stacked_rows(d_mean, c_bar)
     k_gamma = tape.k_gamma if tape.k_gamma is not None else kernel(state.orthogonal, tape.joint)
     a_bar = mm(k_gamma, joint_bar) + tape.quad.a_gradient()
     # K(gamma, [X; beta]) is not needed after a_bar: its adjoint is written over it (a second
@@ -450,7 +541,8 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal", "orth
         if name == "inducing":
             # The beta side of K_gb (the vjp above differentiates its first argument, gamma).
             _, back_bg = kernel.vjp(state.inducing, state.orthogonal)
-            out[name] = z_zz + z_zx + back_bg(np.ascontiguousarray(k_gamma_bar[:, tape.n_rows:].T))[1]
+            k_bg_bar = k_gamma_bar[:, tape.n_rows:].T
+            out[name] = z_zz + z_zx + back_bg(np.ascontiguousarray(k_bg_bar) if numpy else k_bg_bar)[1]
         elif name == "orthogonal":
             out[name] = g_gamma + g_gg
         elif name == "orth_mean":
@@ -508,9 +600,9 @@ def make_predictor(kernel, state, jitter):
     """Freeze the fitted model into an :class:`OrthPredictor` (O((Mb + Mg)) per row for the mean)."""
     if state.n_orthogonal == 0:
         beta = coupled.make_predictor(kernel, state.beta, jitter)
-        return OrthPredictor(beta, state.orthogonal.copy(), state.orth_mean.copy())
+        return OrthPredictor(beta, copy_array(state.orthogonal), copy_array(state.orth_mean))
     low_k, _, _ = coupled.factor_kzz(kernel, state.inducing, jitter, need_grad=False)
     a = state.orth_mean
     w = solve_triangular(low_k, mm(kernel(state.orthogonal, state.inducing), a, trans_a=True))
     beta = coupled.make_predictor(kernel, _beta_view(state, state.q_mean - w), jitter)
-    return OrthPredictor(beta, state.orthogonal.copy(), a.copy())
+    return OrthPredictor(beta, copy_array(state.orthogonal), copy_array(a))

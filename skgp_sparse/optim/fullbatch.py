@@ -20,6 +20,7 @@ import numpy as np
 import scipy.optimize
 from sklearn.exceptions import ConvergenceWarning
 
+from .. import backend
 from ..linalg import CholeskyError
 from .loop import NonFiniteELBOError
 
@@ -29,12 +30,15 @@ class Packing:
     """Where each named parameter of a model sits in the optimiser's flat vector.
 
     A parameter with a scale (inducing inputs: each feature's spread) is held divided
-    by it, so that the search does the same on X and on ``1e6 * X``.
+    by it, so that the search does the same on X and on ``1e6 * X``. The vector is numpy
+    (scipy's optimisers are host code); a parameter held by another array library (the
+    inducing inputs of a fit on a GPU) is unpacked into its library, device and dtype.
     """
 
     names: list
     shapes: list
     scales: dict
+    templates: dict = field(default_factory=dict)
     sizes: list = field(init=False)
 
     def __post_init__(self):
@@ -43,7 +47,9 @@ class Packing:
     @classmethod
     def of(cls, params, scales):
         names = list(params)
-        return cls(names, [np.shape(params[name]) for name in names], scales)
+        templates = {name: params[name] for name in names if backend.is_foreign(params[name])}
+        shapes = [tuple(params[n].shape) if hasattr(params[n], "shape") else np.shape(params[n]) for n in names]
+        return cls(names, shapes, scales, templates)
 
     def _scale(self, name, shape):
         return np.broadcast_to(self.scales.get(name, 1.0), shape)
@@ -55,13 +61,19 @@ class Packing:
         parts = []
         for name, shape in zip(self.names, self.shapes):
             scale = self._scale(name, shape)
-            parts.append(np.ravel(params[name] * scale if gradient else params[name] / scale))
+            value = backend.to_numpy(params[name])
+            parts.append(np.ravel(value * scale if gradient else value / scale))
         return np.concatenate(parts)
 
     def unpack(self, vector):
         out, start = {}, 0
         for name, shape, size in zip(self.names, self.shapes, self.sizes):
-            out[name] = np.reshape(vector[start : start + size], shape) * self._scale(name, shape)
+            value = np.reshape(vector[start : start + size], shape) * self._scale(name, shape)
+            template = self.templates.get(name)
+            if template is not None:
+                xp = backend.namespace(template)
+                value = backend.to_namespace(value, xp, device=backend.device_of(template), dtype=template.dtype)
+            out[name] = value
             start += size
         return out
 

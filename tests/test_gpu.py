@@ -1,0 +1,264 @@
+"""Fits on a GPU (issue 15): ``backend="cupy"`` (and ``"torch"``) give the numpy fit.
+
+For every basis, both estimators and float64/float32, a minibatch fit with
+``backend=<GPU library>`` must end where the numpy fit ends (same random_state, hence the
+same inducing initialisation and minibatch order): the same final ELBO
+(``log_marginal_likelihood_value_``) to 1e-8 relative in float64, the same predictions, and
+fitted attributes that are numpy arrays, so that the model pickles without the GPU library
+and predicts on a CPU machine. The same holds for arrays of the GPU library passed in
+directly under scikit-learn's ``array_api_dispatch``.
+
+float32 tolerances: the training steps run in float32 (the factorisations of K(Z, Z) fall
+back to float64 where float32 fails), so a fit of a few epochs drifts from the float64 one
+by rounding: the final ELBO is asked to agree to :data:`ELBO_RTOL_F32` relative and the
+predictions to :data:`PRED_RTOL_F32` of their scale.
+
+Every test is marked ``gpu`` and skipped, with the reason, unless CuPy is importable and
+sees a usable device (the ``torch`` variants: unless PyTorch sees a CUDA device). That
+``backend="cupy"`` fails with a clear error when CuPy has no device is tested with the
+estimators' options, not here.
+"""
+
+import dataclasses
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import sklearn
+from sklearn.exceptions import ConvergenceWarning
+
+from skgp_sparse import SparseGPClassifier, SparseGPRegressor
+from skgp_sparse import backend
+from skgp_sparse.bases import BASES, ORTHOGONAL_BASES
+
+pytestmark = pytest.mark.gpu
+
+BASIS_NAMES = ("coupled", "orth_decoupled", "solve", "inverse_free")
+ELBO_RTOL_F64 = 1e-8
+PRED_RTOL_F64 = 1e-8
+#: float32: relative agreement of the final ELBO with the float64 numpy fit.
+ELBO_RTOL_F32 = 1e-3
+#: float32: agreement of predictions, relative to the largest prediction.
+PRED_RTOL_F32 = 1e-2
+
+
+@dataclasses.dataclass
+class DeviceLib:
+    """A GPU array library as the tests use it.
+
+    Attributes
+    ----------
+    name : str
+        ``"cupy"`` or ``"torch"``.
+    backend : str
+        The estimators' ``backend`` value that fits on it.
+    xp : namespace
+        The library's Array API namespace (``array_api_compat`` wrapped).
+    device : device
+        Where the tests put arrays passed in directly.
+    array_type : type
+        The library's array class (fitted attributes must not be of it).
+    """
+
+    name: str
+    backend: str
+    xp: object
+    device: object
+    array_type: type
+
+    def __call__(self, a, dtype="float64"):
+        """numpy data ``a`` as an array of this library on its device."""
+        a = np.asarray(a)
+        if a.dtype.kind == "f":
+            return backend.to_namespace(a, self.xp, device=self.device, dtype=getattr(self.xp, dtype))
+        return backend.to_namespace(a, self.xp, device=self.device)
+
+
+def make_device_lib(name):
+    """The :class:`DeviceLib` of ``name``, or a pytest skip that says what is missing."""
+    if name == "cupy":
+        try:
+            import cupy
+        except ImportError:
+            pytest.skip("CuPy is not installed")
+        try:
+            n_devices = cupy.cuda.runtime.getDeviceCount()
+            # A device that is listed but unusable (driver mismatch) fails here.
+            float(cupy.arange(3.0).sum())
+        except Exception as exc:  # CUDARuntimeError and friends when there is no driver
+            pytest.skip(f"CuPy is installed but has no usable CUDA device ({type(exc).__name__}: {exc})")
+        if n_devices == 0:
+            pytest.skip("CuPy is installed but sees no GPU")
+        return DeviceLib("cupy", "cupy", backend.namespace(cupy.empty(0)), cupy.cuda.Device(), cupy.ndarray)
+    if name == "torch":
+        torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+        if not torch.cuda.is_available():
+            pytest.skip("PyTorch sees no CUDA device")
+        device = torch.device("cuda", torch.cuda.current_device())
+        return DeviceLib("torch", "torch", backend.namespace(torch.empty(0)), device, torch.Tensor)
+    raise ValueError(name)
+
+
+@pytest.fixture(params=["cupy", "torch"])
+def device_lib(request):
+    pytest.importorskip("array_api_compat", reason="array-api-compat is not installed")
+    return make_device_lib(request.param)
+
+
+@pytest.fixture(autouse=True)
+def _scipy_array_api(monkeypatch):
+    # scikit-learn refuses array_api_dispatch=True unless SCIPY_ARRAY_API=1 (it reads the
+    # variable when the dispatch is switched on).
+    monkeypatch.setenv("SCIPY_ARRAY_API", "1")
+
+
+# --------------------------------------------------------------------------------------
+# data, estimators, reference fits
+# --------------------------------------------------------------------------------------
+def _data(kind, n=240, d=2, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-3, 3, size=(n, d))
+    f = np.sin(X[:, 0]) + 0.5 * np.cos(2 * X[:, 1])
+    if kind == "regressor":
+        return X, f + 0.1 * rng.standard_normal(n)
+    return X, (f + 0.3 * rng.standard_normal(n) > 0).astype(np.int64)
+
+
+def _estimator(kind, basis, **params):
+    """A minibatch fit of a few epochs: batch_size below n, the stopping rule out of play."""
+    settings = dict(basis=basis, n_inducing=12, n_orthogonal=8 if basis in ORTHOGONAL_BASES else 0,
+                    batch_size=64, max_iter=4, tol=0.0, n_iter_no_change=10**6, random_state=3)
+    settings.update(params)
+    return (SparseGPRegressor if kind == "regressor" else SparseGPClassifier)(**settings)
+
+
+def _fit(estimator, X, y, dispatch=False):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        with sklearn.config_context(array_api_dispatch=dispatch):
+            return estimator.fit(X, y)
+
+
+_REFERENCES = {}
+
+
+def _reference(kind, basis):
+    """The numpy (float64) fit, made once per estimator and basis."""
+    key = (kind, basis)
+    if key not in _REFERENCES:
+        _REFERENCES[key] = _fit(_estimator(kind, basis, backend="numpy"), *_data(kind))
+    return _REFERENCES[key]
+
+
+def _require_device_basis(basis):
+    if not getattr(BASES[basis], "ARRAY_API", False):
+        pytest.skip(f"basis={basis!r} has no array-library path yet (its module does not set ARRAY_API)")
+
+
+# --------------------------------------------------------------------------------------
+# checks
+# --------------------------------------------------------------------------------------
+def _foreign_leaves(value, path="", seen=None):
+    """Paths of every array of a library other than numpy inside ``value`` (through
+    dataclasses, dicts, lists, tuples and plain objects' attributes)."""
+    seen = set() if seen is None else seen
+    if id(value) in seen or isinstance(value, (str, bytes, int, float, bool, type(None), np.ndarray, np.generic)):
+        return []
+    seen.add(id(value))
+    if backend.is_foreign(value):
+        return [path or "<root>"]
+    found = []
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        items = ((f.name, getattr(value, f.name, None)) for f in dataclasses.fields(value))
+    elif isinstance(value, dict):
+        items = ((repr(k), v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = ((str(i), v) for i, v in enumerate(value))
+    elif hasattr(value, "__dict__") and type(value).__module__.startswith("skgp_sparse"):
+        items = vars(value).items()
+    else:
+        return []
+    for name, item in items:
+        found += _foreign_leaves(item, f"{path}.{name}" if path else name, seen)
+    return found
+
+
+def _predictions(estimator, X):
+    if isinstance(estimator, SparseGPRegressor):
+        mean, std = estimator.predict(X, return_std=True)
+        return {"mean": mean, "std": std}
+    return {"proba": estimator.predict_proba(X)}
+
+
+def _close(actual, expected, rtol):
+    """Entrywise agreement within ``rtol`` of the largest entry of ``expected``."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    scale = np.max(np.abs(expected), initial=0.0)
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * scale)
+
+
+def _check_matches(fitted, reference, kind, dtype, device_lib, dispatched=False):
+    elbo_rtol, pred_rtol = (ELBO_RTOL_F64, PRED_RTOL_F64) if dtype == "float64" else (ELBO_RTOL_F32, PRED_RTOL_F32)
+    assert fitted.n_steps_ == reference.n_steps_
+    elbo, ref = fitted.log_marginal_likelihood_value_, reference.log_marginal_likelihood_value_
+    assert np.isfinite(elbo)
+    assert abs(elbo - ref) <= elbo_rtol * abs(ref), (elbo, ref, abs(elbo - ref) / abs(ref))
+
+    # Every fitted attribute is host data: nothing of the GPU library is left on the model,
+    # but for the inducing inputs' public copies, which follow arrays passed in under
+    # array_api_dispatch (scikit-learn's convention) and are pickled as numpy.
+    following = ("inducing_points_", "orthogonal_points_") if dispatched else ()
+    fitted_attrs = {name: value for name, value in vars(fitted).items() if name.endswith("_") and name not in following}
+    leaves = _foreign_leaves(fitted_attrs)
+    assert not leaves, f"fitted attributes holding {device_lib.name} arrays: {leaves}"
+    points = backend.to_numpy(fitted.inducing_points_)
+    assert type(fitted.inducing_points_) is np.ndarray or dispatched
+    _close(points, reference.inducing_points_, pred_rtol)
+
+    X_test = np.random.default_rng(1).uniform(-3, 3, size=(50, 2))
+    predicted = _predictions(fitted, X_test)
+    expected = _predictions(reference, X_test)
+    for name in expected:
+        assert type(predicted[name]) is np.ndarray, (name, type(predicted[name]))
+        _close(predicted[name], expected[name], pred_rtol)
+
+    # The pickle names nothing of the GPU library (it loads on a machine without it), and
+    # the unpickled model predicts what the fitted one does, in numpy.
+    blob = pickle.dumps(fitted)
+    assert device_lib.name.encode() not in blob, f"the pickle refers to {device_lib.name}"
+    loaded = pickle.loads(blob)
+    assert type(loaded.inducing_points_) is np.ndarray
+    restored = _predictions(loaded, X_test)
+    for name in predicted:
+        assert type(restored[name]) is np.ndarray
+        np.testing.assert_array_equal(restored[name], predicted[name])
+
+
+# --------------------------------------------------------------------------------------
+# tests
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("basis", BASIS_NAMES)
+@pytest.mark.parametrize("kind", ["regressor", "classifier"])
+def test_backend_fit_matches_numpy(device_lib, kind, basis, dtype):
+    """numpy input, ``backend=<GPU library>``: the fit runs on the GPU and ends as the numpy fit."""
+    _require_device_basis(basis)
+    reference = _reference(kind, basis)
+    X, y = _data(kind)
+    fitted = _fit(_estimator(kind, basis, backend=device_lib.backend, dtype=dtype), X, y)
+    _check_matches(fitted, reference, kind, dtype, device_lib)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("basis", BASIS_NAMES)
+@pytest.mark.parametrize("kind", ["regressor", "classifier"])
+def test_device_arrays_under_dispatch_match_numpy(device_lib, kind, basis, dtype):
+    """Arrays of the GPU library passed in directly, ``array_api_dispatch`` on: the fit runs
+    where they live and ends as the numpy fit."""
+    _require_device_basis(basis)
+    reference = _reference(kind, basis)
+    X, y = _data(kind)
+    fitted = _fit(_estimator(kind, basis, dtype=dtype), device_lib(X, dtype), device_lib(y, dtype), dispatch=True)
+    _check_matches(fitted, reference, kind, dtype, device_lib, dispatched=True)
