@@ -62,3 +62,25 @@ def test_signed_gram_is_the_dense_product(lib, sign):
     }[sign]
     out = _back(lib, toolkit.signed_gram(_put(lib, a), _put(lib, h)))
     close(out, a @ np.diag(h) @ a.T, 1e-12)
+
+
+def test_same_values(lib):
+    a = np.arange(6.0).reshape(2, 3)
+    assert toolkit.same_values(_put(lib, a), _put(lib, a.copy()))
+    b = a.copy()
+    b[1, 2] += 1e-12
+    assert not toolkit.same_values(_put(lib, a), _put(lib, b))
+    assert not toolkit.same_values(_put(lib, a), _put(lib, a[:1]))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_own_points_is_a_copy_in_the_working_float(lib, dtype):
+    points = np.random.default_rng(4).standard_normal((5, 2)).astype(dtype)
+    given = _put(lib, points)
+    xp, owned = toolkit.own_points(given)
+    expected = np.float64 if lib is None else dtype
+    host = owned if lib is None else lib.check(owned, expected)
+    assert host.dtype == expected
+    close(host, points, 1e-7)
+    owned[0, 0] = 9.0
+    assert float(given[0, 0]) == float(points[0, 0])

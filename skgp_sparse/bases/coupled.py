@@ -45,7 +45,7 @@ from ._fused import (
     xp_folded_adjoint,
     xp_scaled_difference,
 )
-from .toolkit import blocks, copy_array, signed_gram, summed_var_adjoint
+from .toolkit import blocks, copy_array, same_values, signed_gram, summed_var_adjoint
 from .. import backend as be
 from ..linalg import (
     CholeskyError,
@@ -163,18 +163,10 @@ class TapeBase:
     def whitened_grams(self, h_sum):
         """A diag(h_c) A^T per covariance (h summed over the outputs sharing it), cached:
         the O(B M^2) product shared by the backward pass and the natural step."""
-        if self.h_key is None or not _same(self.h_key, h_sum):
+        if self.h_key is None or not same_values(self.h_key, h_sum):
             self.whitened_gram = [self._gram(h_sum[:, c]) for c in range(h_sum.shape[1])]
             self.h_key = copy_array(h_sum)
         return self.whitened_gram
-
-
-def _same(a, b):
-    """Whether two arrays of one namespace are equal (np.array_equal for numpy)."""
-    if isinstance(a, np.ndarray):
-        return np.array_equal(a, b)
-    xp = be.namespace(a, b)
-    return a.shape == b.shape and bool(xp.all(a == b))
 
 
 class WhitenedTape(TapeBase):

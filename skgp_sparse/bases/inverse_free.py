@@ -117,14 +117,28 @@ slower optimiser for Z (its warm-up measured no gain here).
 Settings (``init_state`` options, stored on the state as :class:`InverseFreeSettings`,
 so they pickle with a fitted model): ``preconditioned_mean``, ``t_max_iter``, ``t_tol``,
 ``sigma_init``, ``inducing_warmup_steps``, ``inducing_rate_scale``.
+
+Array libraries
+---------------
+The state's arrays and X may also be arrays of another library (CuPy, PyTorch,
+array_api_strict; see :mod:`skgp_sparse.backend`): as in the coupled basis, each entry
+point branches once on the namespace, numpy keeping its BLAS path unchanged, and the other
+namespaces take the same formulas in Array API operations (new arrays instead of in-place
+writes), answering in the inputs' namespace and device, still with products only. The
+step-size caps stay on the device (0-d arrays); the host reads one float per factor step
+of the inner loop (its stopping test, as numpy does), and a few booleans where the numpy
+path decides the same thing (the sign of the variance adjoints, the finiteness of a
+natural step). tests/test_backend_inverse_free.py checks them against numpy.
 """
 
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._fused import xp_column_products
 from .coupled import CoupledPredictor, covariance_of_output
-from .toolkit import summed_var_adjoint
+from .toolkit import blocks, copy_array, same_values, summed_var_adjoint
+from .. import backend as be
 from ..linalg import CholeskyError, gram, mm, tri_mm
 
 #: Fields of the state that Adam moves when the inducing inputs are learned.
@@ -133,6 +147,8 @@ INDUCING_FIELDS = ("inducing",)
 ADAM_FIELDS = ()
 #: Fields that Adam moves instead of the product-only steps (variational_optimizer="adam").
 VARIATIONAL_FIELDS = ("q_mean", "sigma_sqrt", "t_sqrt")
+#: Runs on arrays of any Array API library (numpy, CuPy, PyTorch, array_api_strict, ...).
+ARRAY_API = True
 
 #: Defaults of the init_state options (see :class:`InverseFreeSettings`), all measured on
 #: diamonds (docs/bases/inverse_free.md). Plain constants: nothing reassigns them; a
@@ -190,6 +206,9 @@ LEGACY_SETTINGS = InverseFreeSettings(preconditioned_mean=False, t_max_iter=4, i
 class InverseFreeState:
     """Variational parameters of the inverse-free basis.
 
+    The arrays are numpy arrays, or all arrays of one other namespace (then
+    :func:`init_state` keeps a float32 ``inducing`` in float32; numpy states are float64).
+
     Attributes
     ----------
     inducing : ndarray of shape (M, D)
@@ -220,11 +239,11 @@ class InverseFreeState:
 
     def copy(self):
         def dup(a):
-            return None if a is None else a.copy()
+            return None if a is None else copy_array(a)
 
         return InverseFreeState(
-            self.inducing.copy(), self.q_mean.copy(), dup(self.sigma_sqrt), dup(self.t_sqrt), self.n_covariances,
-            self.refine_t, self.settings,
+            copy_array(self.inducing), copy_array(self.q_mean), dup(self.sigma_sqrt), dup(self.t_sqrt),
+            self.n_covariances, self.refine_t, self.settings,
         )
 
     def drop_caches(self):
@@ -243,7 +262,9 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0, **options):
     Parameters
     ----------
     points : ndarray of shape (M, D)
-        Initial inducing inputs.
+        Initial inducing inputs: numpy (the state is float64) or an array of another
+        library (the state's arrays are then of that library, on its device, in the
+        points' floating dtype).
     n_outputs, n_covariances : int
     n_orthogonal : int
         Must be 0 (no second inducing set).
@@ -264,6 +285,12 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0, **options):
     ):
         raise ValueError(f"invalid inverse_free settings: {settings}")
     m = points.shape[0]
+    xp = be.input_namespace(points)
+    if not be.is_numpy(xp):
+        dtype = be.working_float(xp, points)
+        Z = xp.asarray(xp.astype(points, dtype), copy=True)
+        q_mean = xp.zeros((m, n_outputs), dtype=dtype, device=be.device_of(Z))
+        return InverseFreeState(Z, q_mean, n_covariances=n_covariances, settings=settings)
     return InverseFreeState(
         np.array(points, dtype=np.float64), np.zeros((m, n_outputs)), n_covariances=n_covariances, settings=settings
     )
@@ -301,6 +328,11 @@ def adam_field_scales(state, step):
 # --- the product-only factor step -----------------------------------------------------
 def residual(low, target):
     """E = L^T A L - I (symmetric), by two triangular products."""
+    xp = be.namespace(low, target)
+    if not be.is_numpy(xp):
+        left = tri_mm(low, target, trans=True)
+        e = tri_mm(low, xp.matrix_transpose(left), trans=True)
+        return be.add_to_diagonal(0.5 * (e + xp.matrix_transpose(e)), -1.0, xp)
     left = tri_mm(low, target, trans=True)  # L^T A
     e = tri_mm(low, np.ascontiguousarray(left.T), trans=True)  # L^T (A L)
     e = 0.5 * (e + e.T)
@@ -309,7 +341,11 @@ def residual(low, target):
 
 
 def _frobenius(a):
-    return float(np.sqrt(np.sum(a * a)))
+    """||a||_F as a Python float (one read from the device for another library)."""
+    if isinstance(a, np.ndarray):
+        return float(np.sqrt(np.sum(a * a)))
+    xp = be.namespace(a)
+    return float(xp.sqrt(xp.sum(a * a)))
 
 
 def eigenvalue_bound(e):
@@ -318,13 +354,29 @@ def eigenvalue_bound(e):
     The smaller of Gershgorin's bound (max row sum) and the Frobenius norm: the first is
     tight for a diagonally dominant e, the second when one eigenvalue dominates, as after
     an Adam step that moved K along one near-null direction of K + Sigma.
+
+    Returns
+    -------
+    float, or a 0-d array of ``e``'s namespace for another library (left on the device:
+    the callers only cap step sizes with it).
     """
+    xp = be.namespace(e)
+    if not be.is_numpy(xp):
+        diag = be.diagonal(e, xp)
+        off = xp.sum(xp.abs(e), axis=1) - xp.abs(diag)
+        return xp.minimum(xp.max(diag + off), xp.sqrt(xp.sum(e * e)))
     off = np.abs(e).sum(axis=1) - np.abs(np.diag(e))
     return min(float(np.max(np.diag(e) + off)), _frobenius(e))
 
 
 def factor_step(low, e, eta):
-    """L (I - eta' Phi(E)) with eta' = min(eta, 1 / eigenvalue_bound(E)); returns (L_new, eta')."""
+    """L (I - eta' Phi(E)) with eta' = min(eta, 1 / eigenvalue_bound(E)); returns (L_new, eta').
+
+    For another library eta' is a 0-d array on ``e``'s device (no read to the host).
+    """
+    xp = be.namespace(low, e)
+    if not be.is_numpy(xp):
+        return _xp_factor_step(xp, low, e, eta)
     bound = eigenvalue_bound(e)
     if bound * eta > 1.0:
         eta = 1.0 / bound
@@ -332,6 +384,20 @@ def factor_step(low, e, eta):
     phi[np.diag_indices_from(phi)] *= 0.5
     new = low - eta * tri_mm(low, np.ascontiguousarray(phi))
     return np.ascontiguousarray(np.tril(new)), eta
+
+
+def _xp_factor_step(xp, low, e, eta):
+    """:func:`factor_step` in Array API operations, the cap decided on the device."""
+    bound = eigenvalue_bound(e)
+    eta = xp.asarray(eta, dtype=e.dtype, device=be.device_of(e))
+    over = bound * eta > 1.0
+    # 1 / bound where the cap applies (bound > 0 there); the inner where keeps a zero or
+    # negative bound out of the division where it does not.
+    eta = xp.where(over, 1.0 / xp.where(over, bound, xp.ones_like(bound)), eta)
+    # Phi(E): the strict lower triangle plus half the diagonal (triangles, not a product
+    # with I, so that a non-finite entry stays where it is).
+    phi = xp.tril(e, k=-1) + 0.5 * xp.triu(xp.tril(e))
+    return xp.tril(low - eta * tri_mm(low, phi)), eta
 
 
 def refine_inverse_factor(low, target, max_iter, tol):
@@ -376,6 +442,18 @@ def _refine(low, target, max_iter, tol):
 def initial_factors(kzz, n_cov, sigma_init=SIGMA_INIT):
     """Sigma = sigma_init mean(diag K) I and T ~ (K + Sigma)^-1 by factor steps."""
     m = kzz.shape[0]
+    xp = be.namespace(kzz)
+    if not be.is_numpy(xp):
+        # The same formulas with the scale and the bound left on the device.
+        scale = sigma_init * xp.clip(xp.mean(be.diagonal(kzz, xp)), min=1e-12)
+        identity = be.eye(m, kzz)
+        p = kzz + scale * identity
+        bound = xp.max(xp.sum(xp.abs(p), axis=1))
+        # In float32 the residual cannot fall to T_INIT_TOL: stop at a few units of its
+        # rounding instead of running all T_INIT_MAX_ITER steps (float64: T_INIT_TOL).
+        tol = max(T_INIT_TOL, 64.0 * float(xp.finfo(p.dtype).eps))
+        t_sqrt, _, _ = refine_inverse_factor(identity / xp.sqrt(bound), p, T_INIT_MAX_ITER, tol)
+        return xp.stack([xp.sqrt(scale) * identity] * n_cov), xp.stack([t_sqrt] * n_cov)
     scale = sigma_init * max(float(np.mean(np.diag(kzz))), 1e-12)
     sigma_sqrt = np.sqrt(scale) * np.eye(m)
     p = kzz + scale * np.eye(m)
@@ -403,33 +481,52 @@ class _Tape:
     def t(self, c):
         """T_c = L_t L_t^T."""
         if self._t is None:
-            self._t = [gram(low) for low in self.low_t]
+            self._t = [gram(low) for low in blocks(self.low_t)]
         return self._t[c]
 
     def tkt(self, c):
         """T_c K T_c."""
         if self._tkt is None:
-            self._tkt = [None] * len(self.low_t)
+            self._tkt = [None] * self.low_t.shape[0]
         if self._tkt[c] is None:
             self._tkt[c] = _sym(mm(self.t(c), mm(self.kzz, self.t(c))))
         return self._tkt[c]
 
     def data_grams(self, h):
         """Per covariance, W_h = K_zb diag(h_c) K_zb^T and T_c W_h T_c (cached for this h)."""
-        if self._h_key is None or not np.array_equal(self._h_key, h):
+        if self._h_key is None or not same_values(self._h_key, h):
             self._data = [_weighted_gram(self.kzx, h[:, c]) for c in range(h.shape[1])]
             self._t_data_t = [_sym(mm(self.t(c), mm(d, self.t(c)))) for c, d in enumerate(self._data)]
-            self._h_key = h.copy()
+            self._h_key = copy_array(h)
         return self._data, self._t_data_t
 
 
 def _lower_factors(state):
     # Only the lower triangles are parameters (finite differences also move the upper).
-    return np.tril(state.sigma_sqrt), np.tril(state.t_sqrt)
+    if isinstance(state.t_sqrt, np.ndarray):
+        return np.tril(state.sigma_sqrt), np.tril(state.t_sqrt)
+    xp = be.namespace(state.sigma_sqrt, state.t_sqrt)
+    return xp.tril(state.sigma_sqrt), xp.tril(state.t_sqrt)
 
 
 def _sym(a):
     return 0.5 * (a + a.T)
+
+
+def _columns(state, c):
+    """The outputs (columns of ``q_mean``) of covariance c, as a slice: all of them with
+    one shared covariance, else output c (:func:`covariance_of_output`)."""
+    return slice(None) if state.sigma_sqrt.shape[0] == 1 else slice(c, c + 1)
+
+
+def _by_columns(parts, xp):
+    """The (M, P) array whose columns are the parts of each covariance, in order."""
+    return parts[0] if len(parts) == 1 else xp.concat(parts, axis=1)
+
+
+def _diagonal_matrix(v, like):
+    """diag(v) in the namespace, dtype and device of ``like``."""
+    return be.eye(v.shape[0], like) * v
 
 
 def middle_matrices(kzz, state):
@@ -440,6 +537,9 @@ def middle_matrices(kzz, state):
 
 def _middle(kzz, state, known=None):
     """P_c, E_c and W_c per covariance; ``known``: (P_c, E_c) already computed for these factors."""
+    xp = be.namespace(kzz, state.t_sqrt)
+    if not be.is_numpy(xp):
+        return _xp_middle(xp, kzz, state, known)
     ps, es, ws = [], [], []
     for c, (low_s, low_t) in enumerate(zip(*_lower_factors(state))):
         if known is None:
@@ -450,6 +550,24 @@ def _middle(kzz, state, known=None):
         inner = e.copy()
         inner.flat[:: inner.shape[0] + 1] -= 1.0
         w = tri_mm(low_t, np.ascontiguousarray(tri_mm(low_t, inner).T))  # L (E - I) L^T
+        ps.append(p)
+        es.append(e)
+        ws.append(_sym(w))
+    return ps, es, ws
+
+
+def _xp_middle(xp, kzz, state, known):
+    """:func:`_middle` in Array API operations."""
+    ps, es, ws = [], [], []
+    low_s, low_t = _lower_factors(state)
+    for c in range(low_t.shape[0]):
+        lt = low_t[c, ...]
+        if known is None:
+            p = kzz + gram(low_s[c, ...])
+            e = residual(lt, p)
+        else:
+            p, e = known[c]
+        w = tri_mm(lt, xp.matrix_transpose(tri_mm(lt, be.add_to_diagonal(e, -1.0, xp))))  # L (E - I) L^T
         ps.append(p)
         es.append(e)
         ws.append(_sym(w))
@@ -469,6 +587,9 @@ def mean_weights(state, ws):
     """
     if not state.settings.preconditioned_mean:
         return state.q_mean
+    xp = be.namespace(state.q_mean)
+    if not be.is_numpy(xp):
+        return _by_columns([-mm(w, state.q_mean[:, _columns(state, c)]) for c, w in enumerate(ws)], xp)
     outputs_of = _outputs_of(state)
     mu = np.empty_like(state.q_mean)
     for c, w in enumerate(ws):
@@ -497,6 +618,19 @@ def _refine_state(kzz, state):
     """:func:`refine_t`, also returning (P_c, E_c) at the new factors."""
     low_s, low_t = _lower_factors(state)
     settings = state.settings
+    xp = be.namespace(kzz, low_t)
+    if not be.is_numpy(xp):
+        known, lows, total = [], [], 0
+        for c in range(low_t.shape[0]):
+            p = kzz + gram(low_s[c, ...])
+            low, e, _, n_steps = _refine(low_t[c, ...], p, settings.t_max_iter, settings.t_tol)
+            known.append((p, e))
+            lows.append(low)
+            total += n_steps
+        # A new array rather than writes into the old one: the state's T changes in place
+        # for its holders all the same.
+        state.t_sqrt = xp.stack(lows)
+        return known, total
     known, total = [], 0
     for c in range(low_t.shape[0]):
         p = kzz + gram(low_s[c])
@@ -544,14 +678,19 @@ def marginals(kernel, X, state, jitter, need_grad=True):
     mu = mean_weights(state, ws)
     mean = mm(kzx, mu, trans_a=True)
     w_kzx = [mm(w, kzx) for w in ws]
-    var = np.column_stack([kdiag + np.einsum("ij,ij->j", kzx, wk) for wk in w_kzx])
+    xp = be.namespace(kzx)
+    numpy = be.is_numpy(xp)
     # The variance is that of a valid q(u) (it is >= 0); a tiny negative value is rounding.
-    np.maximum(var, 0.0, out=var)
+    if numpy:
+        var = np.column_stack([kdiag + np.einsum("ij,ij->j", kzx, wk) for wk in w_kzx])
+        np.maximum(var, 0.0, out=var)
+    else:
+        var = xp.clip(xp.stack([xp_column_products(xp, kdiag, kzx, wk) for wk in w_kzx], axis=1), min=0.0)
     if not need_grad:
         return mean, var, None
     tape = _Tape()
     tape.kzz, tape.kzx, tape.p, tape.w, tape.w_kzx, tape.e, tape.mu = kzz, kzx, ps, ws, w_kzx, es, mu
-    tape.low_t = np.tril(state.t_sqrt)
+    tape.low_t = np.tril(state.t_sqrt) if numpy else xp.tril(state.t_sqrt)
     tape._t = tape._tkt = tape._h_key = tape._data = tape._t_data_t = None
     tape.back_zz, tape.back_zx, tape.back_diag = back_zz, back_zx, back_diag
     tape.jitter = jitter
@@ -564,7 +703,18 @@ def _outputs_per_cov(state):
 
 
 def _cov_part(kzz, w, e, low_s, low_t):
-    """tr(W K) + tr(P T) - M - log|T| - log|Sigma| for one covariance (tr(P T) - M = tr E)."""
+    """tr(W K) + tr(P T) - M - log|T| - log|Sigma| for one covariance (tr(P T) - M = tr E).
+
+    A float for numpy, a 0-d array of the namespace otherwise (no read to the host).
+    """
+    xp = be.namespace(kzz, w)
+    if not be.is_numpy(xp):
+        return (
+            xp.sum(w * kzz)
+            + be.trace(e, xp)
+            - 2.0 * xp.sum(xp.log(be.diagonal(low_t, xp)))
+            - 2.0 * xp.sum(xp.log(be.diagonal(low_s, xp)))
+        )
     return (
         float(np.sum(w * kzz))
         + float(np.trace(e))
@@ -574,7 +724,10 @@ def _cov_part(kzz, w, e, low_s, low_t):
 
 
 def kl_divergence(kernel, state, jitter, tape=None):
-    """The KL bound of eq. 21 summed over outputs (an upper bound on the KL of q(u))."""
+    """The KL bound of eq. 21 summed over outputs (an upper bound on the KL of q(u)).
+
+    A float for numpy states, a 0-d array of the state's namespace otherwise.
+    """
     kzz = kernel(state.inducing) if tape is None else tape.kzz
     ensure_initialised(kernel, state, kzz)
     if tape is None:
@@ -585,6 +738,11 @@ def kl_divergence(kernel, state, jitter, tape=None):
         es, ws, mu = tape.e, tape.w, tape.mu
     k = _outputs_per_cov(state)
     low_s, low_t = _lower_factors(state)
+    xp = be.namespace(kzz, mu)
+    if not be.is_numpy(xp):
+        parts = [_cov_part(kzz, w, e, ls, lt) for w, e, ls, lt in zip(ws, es, blocks(low_s), blocks(low_t))]
+        cov = sum(parts[1:], parts[0])
+        return 0.5 * (k * cov + xp.sum(mu * mm(kzz, mu)))
     cov = sum(_cov_part(kzz, w, e, ls, lt) for w, e, ls, lt in zip(ws, es, low_s, low_t))
     mean_part = float(np.sum(mu * mm(kzz, mu)))
     return 0.5 * (k * cov + mean_part)
@@ -594,6 +752,11 @@ def kl_divergence(kernel, state, jitter, tape=None):
 def _weighted_gram(a, h):
     """a diag(h) a^T (symmetric): one SYRK when h <= 0, as for every log-concave
     likelihood (h = 1/2 E[d^2 log p / df^2]), otherwise a GEMM."""
+    if not isinstance(h, np.ndarray):
+        xp = be.namespace(a, h)
+        if bool(xp.all(h <= 0.0)):
+            return -gram(a * xp.sqrt(-h))
+        return _sym(mm(a * h, a, trans_b=True))
     if np.all(h <= 0.0):
         return -gram(a * np.sqrt(-h))
     return _sym(mm(a * h, a, trans_b=True))
@@ -618,6 +781,9 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
         dF/dL_t  = tril(2 G_t L_t) + k diag(1/L_t),
                    G_t = P T A + A T P - 2 A - k/2 (P T K + K T P) + k K - k/2 P
     """
+    xp = be.namespace(tape.kzx, d_mean)
+    if not be.is_numpy(xp):
+        return _xp_backward(xp, tape, state, d_mean, d_var, fields)
     n_cov = state.sigma_sqrt.shape[0]
     k = _outputs_per_cov(state)
     h = summed_var_adjoint(d_var, n_cov)
@@ -673,6 +839,62 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
     return theta_zz + theta_zx + theta_d, {name: bars[name] for name in fields}
 
 
+def _xp_backward(xp, tape, state, d_mean, d_var, fields):
+    """:func:`backward` in Array API operations (new arrays instead of in-place sums)."""
+    n_cov = state.sigma_sqrt.shape[0]
+    k = _outputs_per_cov(state)
+    h = summed_var_adjoint(d_var, n_cov)
+    kzz, kzx, mu = tape.kzz, tape.kzx, tape.mu
+    preconditioned = state.settings.preconditioned_mean
+    mu_bar = mm(kzx, d_mean) - mm(kzz, mu)
+    kzx_bar = mm(mu, d_mean, trans_b=True)
+    kzz_bar = -0.5 * mm(mu, mu, trans_b=True)
+    sig_bars, t_bars, mean_bars = [], [], []
+    data, t_data_t = tape.data_grams(h)
+    low_s_all = xp.tril(state.sigma_sqrt)
+    for c in range(n_cov):
+        kzx_bar = kzx_bar + 2.0 * tape.w_kzx[c] * h[:, c]
+        low_s, low_t = low_s_all[c, ...], tape.low_t[c, ...]
+        t = tape.t(c)
+        t_wh_t = t_data_t[c]
+        r = None
+        if preconditioned:
+            cols = _columns(state, c)
+            mean_bars.append(-mm(tape.w[c], mu_bar[:, cols]))
+            r = _sym(mm(mu_bar[:, cols], state.q_mean[:, cols], trans_b=True))
+            # T R T = sym((T mu_bar)(T m~)^T): rank 2P, products with P columns only.
+            t_wh_t = t_wh_t - _sym(mm(mm(t, mu_bar[:, cols]), mm(t, state.q_mean[:, cols]), trans_b=True))
+        # T K T + T P T - T = L (2 E + I - L^T Sigma L) L^T, with L^T P L = E + I.
+        st = tri_mm(low_s, low_t, trans=True)  # L_s^T L_t
+        inner = be.add_to_diagonal(2.0 * tape.e[c] - gram(st, trans=True), 1.0, xp)
+        tkt_tpt_t = _sym(tri_mm(low_t, xp.matrix_transpose(tri_mm(low_t, inner))))
+        kzz_bar = kzz_bar + (t_wh_t - 0.5 * k * tkt_tpt_t)
+        if "sigma_sqrt" in fields:
+            g_s = t_wh_t - 0.5 * k * (tape.tkt(c) + t)
+            log_det_bar = _diagonal_matrix(1.0 / be.diagonal(low_s, xp), low_s)
+            sig_bars.append(xp.tril(2.0 * mm(g_s, low_s)) + k * log_det_bar)
+        if "t_sqrt" in fields:
+            p = tape.p[c]
+            adj = data[c] if r is None else data[c] - r
+            ptw = mm(p, mm(t, adj))
+            ptk = mm(p, mm(t, kzz))
+            g_t = ptw + ptw.T - 2.0 * adj - 0.5 * k * (ptk + ptk.T) + k * kzz - 0.5 * k * p
+            log_det_bar = _diagonal_matrix(1.0 / be.diagonal(low_t, xp), low_t)
+            t_bars.append(xp.tril(2.0 * mm(g_t, low_t)) + k * log_det_bar)
+    kzz_bar = _sym(kzz_bar)
+    theta_zz, z_zz = tape.back_zz(kzz_bar)
+    theta_zx, z_zx = tape.back_zx(kzx_bar)
+    theta_d = tape.back_diag(xp.sum(h, axis=1))
+    bars = {"inducing": z_zz + z_zx}
+    if "q_mean" in fields:
+        bars["q_mean"] = _by_columns(mean_bars, xp) if preconditioned else mu_bar
+    if "sigma_sqrt" in fields:
+        bars["sigma_sqrt"] = xp.stack(sig_bars)
+    if "t_sqrt" in fields:
+        bars["t_sqrt"] = xp.stack(t_bars)
+    return theta_zz + theta_zx + theta_d, {name: bars[name] for name in fields}
+
+
 # --- natural (product-only) step -----------------------------------------------------------
 def natural_step(tape, state, d_mean, d_var, step):
     """Product-only steps on the mean, Sigma and T from one minibatch evaluation (module docstring).
@@ -682,6 +904,9 @@ def natural_step(tape, state, d_mean, d_var, step):
     CholeskyError
         If a step produced non-finite values (the schedule then halves ``step``).
     """
+    xp = be.namespace(tape.kzx, d_mean)
+    if not be.is_numpy(xp):
+        return _xp_natural_step(xp, tape, state, d_mean, d_var, step)
     n_cov = state.sigma_sqrt.shape[0]
     k = _outputs_per_cov(state)
     settings = state.settings
@@ -724,6 +949,46 @@ def natural_step(tape, state, d_mean, d_var, step):
     return InverseFreeState(state.inducing, new_mean, new_sig, new_t, state.n_covariances, True, settings)
 
 
+def _xp_natural_step(xp, tape, state, d_mean, d_var, step):
+    """:func:`natural_step` in Array API operations, its step sizes capped on the device."""
+    n_cov = state.sigma_sqrt.shape[0]
+    k = _outputs_per_cov(state)
+    settings = state.settings
+    kzz, kzx, mu = tape.kzz, tape.kzx, tape.mu
+    # With a shared covariance the Sigma-optimum averages the outputs' adjoints.
+    _, t_data_t = tape.data_grams(summed_var_adjoint(d_var, n_cov))
+    grad_mean = mm(kzx, d_mean) - mm(kzz, mu)
+    low_s_all = xp.tril(state.sigma_sqrt)
+    mus, sigs, ts = [], [], []
+    for c in range(n_cov):
+        low_s, low_t = low_s_all[c, ...], tape.low_t[c, ...]
+        t = tape.t(c)
+        # Omega = T (K - 2 W_h) T + T, the Sigma-optimum's inverse for this T and batch.
+        omega = tape.tkt(c) - (2.0 / k) * t_data_t[c] + t
+        e_s = residual(low_s, omega)
+        g_s = xp.clip(eigenvalue_bound(e_s), min=0.0)
+        # mu: preconditioned by T Sigma T (old Sigma), capped by 1 / (1 + lambda_max bound).
+        cols = _columns(state, c)
+        rho = xp.clip(1.0 / (1.0 + g_s), max=step)
+        direction = mm(t, tri_mm(low_s, tri_mm(low_s, mm(t, grad_mean[:, cols]), trans=True)))
+        mus.append(mu[:, cols] + rho * direction)
+        sigs.append(factor_step(low_s, e_s, step)[0])
+        # T follows the new Sigma, and Adam's new K, when the new state is next evaluated.
+        ts.append(low_t)
+    new_sig, new_t = xp.stack(sigs), xp.stack(ts)
+    if settings.preconditioned_mean:
+        # The pseudo-targets whose mean under the new Sigma is the new mu: m~ = (K + Sigma') mu'.
+        new_mean = _by_columns(
+            [mm(kzz, part) + tri_mm(sig, tri_mm(sig, part, trans=True)) for part, sig in zip(mus, sigs)], xp
+        )
+    else:
+        new_mean = _by_columns(mus, xp)
+    # One read for the three checks.
+    if not bool(xp.all(xp.isfinite(new_mean)) & xp.all(xp.isfinite(new_sig)) & xp.all(xp.isfinite(new_t))):
+        raise CholeskyError("the product-only natural step produced non-finite values")
+    return InverseFreeState(state.inducing, new_mean, new_sig, new_t, state.n_covariances, True, settings)
+
+
 # --- prediction and diagnostics --------------------------------------------------------
 def make_predictor(kernel, state, jitter):
     """Freeze the fitted bound: mean K(x, Z) mu, variance k_xx + k_x^T W_c k_x (eq. 19).
@@ -741,6 +1006,9 @@ def make_predictor(kernel, state, jitter):
         state = state.copy()
         _refine_state(kzz, state)
     _, ws = middle_matrices(kzz, state)
+    xp = be.namespace(kzz, state.q_mean)
+    if not be.is_numpy(xp):
+        return CoupledPredictor(copy_array(state.inducing), copy_array(mean_weights(state, ws)), xp.stack(ws))
     return CoupledPredictor(state.inducing.copy(), np.array(mean_weights(state, ws)), np.stack(ws))
 
 
@@ -757,6 +1025,16 @@ def diagnostics(kernel, state, jitter):
     kzz = kernel(state.inducing)
     ensure_initialised(kernel, state, kzz)
     worst, worst_factor = 0.0, 0.0
+    xp = be.namespace(kzz, state.t_sqrt)
+    if not be.is_numpy(xp):
+        # Python floats as for numpy (reported per epoch, stored on the fitted model).
+        low_s, low_t = _lower_factors(state)
+        for c in range(low_t.shape[0]):
+            p = kzz + gram(low_s[c, ...])
+            pt = be.add_to_diagonal(mm(p, gram(low_t[c, ...])), -1.0, xp)
+            worst = max(worst, _frobenius(pt))
+            worst_factor = max(worst_factor, _frobenius(residual(low_t[c, ...], p)))
+        return {"t_residual": worst, "t_residual_factor": worst_factor}
     for low_s, low_t in zip(*_lower_factors(state)):
         p = kzz + gram(low_s)
         pt = mm(p, gram(low_t))

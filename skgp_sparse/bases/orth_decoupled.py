@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import coupled
-from .toolkit import copy_array, summed_var_adjoint
+from .toolkit import copy_array, own_points, summed_var_adjoint
 from .. import backend as be
 from ..kernels import CompiledKernel
 from ..linalg import mm, solve_triangular
@@ -226,12 +226,8 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0, *, kl_columns="
     -------
     OrthState
     """
-    xp = be.input_namespace(points)
+    xp, points = own_points(points)
     numpy = be.is_numpy(xp)
-    if numpy:
-        points = np.array(points, dtype=np.float64)
-    else:
-        points = xp.asarray(xp.astype(points, be.working_float(xp, points)), copy=True)
     n_orthogonal = int(n_orthogonal)
     if n_orthogonal < 0 or points.shape[0] - n_orthogonal < 1:
         raise ValueError(

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import coupled
-from .toolkit import blocks, copy_array, summed_var_adjoint
+from .toolkit import blocks, copy_array, own_points, summed_var_adjoint
 from ._fused import add_column_products, add_column_squares, prior_minus_squares, xp_column_products
 from .. import backend as be
 from ..linalg import (
@@ -210,12 +210,8 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0):
     n_orthogonal : int
         M2, the size of the orthogonal set O.
     """
-    xp = be.input_namespace(points)
+    xp, points = own_points(points)
     numpy = be.is_numpy(xp)
-    if numpy:
-        points = np.array(points, dtype=np.float64)
-    else:
-        points = xp.asarray(xp.astype(points, be.working_float(xp, points)), copy=True)
     if n_orthogonal < 0:
         raise ValueError(f"n_orthogonal must be >= 0; got {n_orthogonal}")
     if points.shape[0] <= n_orthogonal:

@@ -20,6 +20,24 @@ def copy_array(a):
     return be.namespace(a).asarray(a, copy=True)
 
 
+def own_points(points):
+    """The namespace of ``points`` and a copy the state can own: numpy float64 for numpy
+    (or array-like) input; otherwise an array of the points' library, on their device, in
+    their floating dtype (float32 stays float32)."""
+    xp = be.input_namespace(points)
+    if be.is_numpy(xp):
+        return xp, np.array(points, dtype=np.float64)
+    return xp, xp.asarray(xp.astype(points, be.working_float(xp, points)), copy=True)
+
+
+def same_values(a, b):
+    """Whether two arrays of one library hold the same values (``np.array_equal`` for
+    numpy; one bool read back from another library): the cache keys of the bases."""
+    if isinstance(a, np.ndarray):
+        return np.array_equal(a, b)
+    return a.shape == b.shape and bool(be.namespace(a, b).all(a == b))
+
+
 def blocks(stack):
     """The matrices of a stack (C, M, M) as a list, indexed as every library allows
     (array_api_strict does not iterate over an array's first axis)."""
