@@ -144,7 +144,6 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         if where is None:
             rows, y = training_rows(self, X, y, rng, **self._data_checks)
         else:
-            self._check_device_basis()
             rows, y = device_training_rows(self, X, y, where, **self._data_checks)
         weights = check_sample_weight(sample_weight, rows.n_rows)
         warm = self.warm_start and hasattr(self, "variational_state_")
@@ -191,16 +190,6 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         model.state = state_to(model.state, rows.to_device)
         return model, rows.to_device(Y)
 
-    def _check_device_basis(self):
-        """Refuse, with what to do instead, the bases that do not run yet on arrays of
-        another library."""
-        if not getattr(BASES[self.basis], "ARRAY_API", False):
-            raise NotImplementedError(
-                f"{type(self).__name__}: basis={self.basis!r} fits numpy arrays only for now; on "
-                "another array library use basis='coupled' or 'solve' (or backend='numpy' with "
-                "numpy arrays)"
-            )
-
     def _partial_fit(self, X, y, sample_weight, n_data, classes=None):
         first = not hasattr(self, "variational_state_")
         if first:
@@ -211,7 +200,6 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         if where is None:
             rows, y = training_rows(self, X, y, rng, reset=first, **self._data_checks)
         else:
-            self._check_device_basis()
             rows, y = device_training_rows(self, X, y, where, reset=first, **self._data_checks)
         weights = check_sample_weight(sample_weight, rows.n_rows)
         Y = self._stream_targets(y, weights, first, classes)

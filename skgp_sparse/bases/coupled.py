@@ -71,8 +71,6 @@ VARIATIONAL_FIELDS = ("q_mean", "q_sqrt")
 EXACT_NATURAL_STEP = True
 #: ... and on each Gaussian block's optimum given the others (one block here).
 CONJUGATE_NATURAL_STEP = True
-#: Runs on arrays of any Array API library (numpy, CuPy, PyTorch, array_api_strict, ...).
-ARRAY_API = True
 
 
 @dataclass

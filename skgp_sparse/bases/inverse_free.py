@@ -147,8 +147,6 @@ INDUCING_FIELDS = ("inducing",)
 ADAM_FIELDS = ()
 #: Fields that Adam moves instead of the product-only steps (variational_optimizer="adam").
 VARIATIONAL_FIELDS = ("q_mean", "sigma_sqrt", "t_sqrt")
-#: Runs on arrays of any Array API library (numpy, CuPy, PyTorch, array_api_strict, ...).
-ARRAY_API = True
 
 #: Defaults of the init_state options (see :class:`InverseFreeSettings`), all measured on
 #: diamonds (docs/bases/inverse_free.md). Plain constants: nothing reassigns them; a

@@ -75,8 +75,6 @@ VARIATIONAL_FIELDS = ("q_mean", "q_sqrt")
 INIT_OPTIONS = ("kl_columns", "seed")
 EXACT_NATURAL_STEP = True
 CONJUGATE_NATURAL_STEP = True
-#: Runs on arrays of any Array API library (numpy, CuPy, PyTorch, array_api_strict, ...).
-ARRAY_API = True
 
 #: ``kl_columns="auto"``: the exact a^T K_gg a up to this many gamma points (where it
 #: costs about a tenth of a step at batch 1024, a fifth at 512) ...

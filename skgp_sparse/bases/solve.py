@@ -68,8 +68,6 @@ VARIATIONAL_FIELDS = ("q_mean", "q_sqrt", "q_mean_orthogonal", "q_sqrt_orthogona
 #: A natural step of size one from a Gaussian likelihood lands on each block's optimum given
 #: the other block as it was (not on the joint optimum: the blocks are stepped together).
 CONJUGATE_NATURAL_STEP = True
-#: Runs on arrays of any Array API library (numpy, CuPy, PyTorch, array_api_strict, ...).
-ARRAY_API = True
 
 
 @dataclass
