@@ -344,6 +344,13 @@ def test_missing_gpu_library_fails_at_once():
             SparseGPRegressor(backend="torch").fit(X, y)
 
 
+def test_dask_input_with_a_gpu_backend_is_refused():
+    da = pytest.importorskip("dask.array")
+    X, y = _data(n=60)
+    with pytest.raises(NotImplementedError, match="Dask array streams through backend='numpy' only"):
+        SparseGPRegressor(backend="cupy").fit(da.from_array(X, chunks=20), y)
+
+
 def test_float32_on_numpy_is_refused():
     X, y = _data(n=60)
     with pytest.raises(NotImplementedError, match="dtype='float32'"):

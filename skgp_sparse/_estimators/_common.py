@@ -287,6 +287,12 @@ def fit_device(estimator, X):
     xp = dispatch_namespace(X)
     device = None
     if estimator.backend != "numpy":
+        if is_dask_collection(X):
+            # Streamed chunks would cross to the GPU one by one; the device path holds the rows.
+            raise NotImplementedError(
+                f"{type(estimator).__name__}: a Dask array streams through backend='numpy' only; "
+                f"compute it into memory for backend={estimator.backend!r}, or use backend='numpy'"
+            )
         gpu_xp, device = backend.device_namespace(estimator.backend)
         if xp is not None and backend.library(xp) != estimator.backend:
             raise ValueError(
