@@ -97,6 +97,27 @@ def _fit(model, X, y, dispatch, **fit_params):
             return model.fit(X, y, **fit_params)
 
 
+def _spy_on_minibatches(monkeypatch, describe):
+    """Record ``describe(X_batch, Y_batch)`` of every minibatch a device fit draws."""
+    from skgp_sparse._estimators import _common
+
+    seen = []
+    original = _common.DeviceRows.batches
+
+    def spy(self, Y, batch_size):
+        source = original(self, Y, batch_size)
+
+        def batches(rng):
+            for xb, yb in source(rng):
+                seen.append(describe(xb, yb))
+                yield xb, yb
+
+        return batches
+
+    monkeypatch.setattr(_common.DeviceRows, "batches", spy)
+    return seen
+
+
 def _assert_numpy_model(fitted):
     state = fitted.variational_state_
     for name in BASES[fitted.basis].VARIATIONAL_FIELDS + BASES[fitted.basis].INDUCING_FIELDS:
@@ -189,22 +210,7 @@ def test_other_likelihoods_match_numpy(kind, params):
 def test_minibatches_and_state_stay_on_the_device(lib, basis, monkeypatch):
     """During training the minibatches and the state are arrays of the input's library
     (read after every epoch), the hyperparameters numpy."""
-    from skgp_sparse._estimators import _common
-
-    seen = []
-    original = _common.DeviceRows.batches
-
-    def spy(self, Y, batch_size):
-        source = original(self, Y, batch_size)
-
-        def batches(rng):
-            for xb, yb in source(rng):
-                seen.append((type(xb), type(yb)))
-                yield xb, yb
-
-        return batches
-
-    monkeypatch.setattr(_common.DeviceRows, "batches", spy)
+    seen = _spy_on_minibatches(monkeypatch, lambda xb, yb: (type(xb), type(yb)))
     X, y = _data()
     estimator = _estimator("regressor", basis, 40)
     fields = BASES[basis].VARIATIONAL_FIELDS + BASES[basis].INDUCING_FIELDS
@@ -261,22 +267,7 @@ def test_backend_moves_numpy_input(monkeypatch):
     fitted on the device, equal to the numpy fit; the fitted model is numpy."""
     lib = Lib("strict_device1")
     monkeypatch.setattr(be, "device_namespace", lambda name: (xs, lib.device))
-    from skgp_sparse._estimators import _common
-
-    types = []
-    original = _common.DeviceRows.batches
-
-    def spy(self, Y, batch_size):
-        source = original(self, Y, batch_size)
-
-        def batches(rng):
-            for xb, yb in source(rng):
-                types.append((type(xb), be.device_of(xb)))
-                yield xb, yb
-
-        return batches
-
-    monkeypatch.setattr(_common.DeviceRows, "batches", spy)
+    types = _spy_on_minibatches(monkeypatch, lambda xb, yb: (type(xb), be.device_of(xb)))
     X, y = _data()
     for kind in ("regressor", "binary"):
         targets = _targets(kind, y)
