@@ -41,13 +41,11 @@ in standard operations accurate to about 1e-14 in float64 (a table in the source
 import math
 import sys
 import threading
-import warnings
-
 import numpy as np
 import scipy.special
 
 from . import linalg as _la
-from .linalg import DEFAULT_JITTER, MAX_JITTER_TRIES, CholeskyError, JitterWarning
+from .linalg import DEFAULT_JITTER, MAX_JITTER_TRIES, CholeskyError
 
 __all__ = [
     "namespace",
@@ -491,25 +489,12 @@ def jittered_cholesky(
     if not scale > 0:
         scale = 1.0
     identity = eye(a.shape[0], a)
-    rel = jitter
-    tried = rel
-    for attempt in range(max_tries):
-        low, ok, _ = _factor(a + (rel * scale) * identity, xp)
-        if ok:
-            if attempt > 0:
-                warnings.warn(
-                    f"{what} needed a relative jitter of {rel:.0e} to be factorised",
-                    JitterWarning,
-                    stacklevel=_stacklevel + 1,
-                )
-            return low, rel
-        tried = rel
-        rel = rel * 10.0 if rel > 0 else 1e-10
-    raise CholeskyError(
-        f"{what} is not positive definite even with a relative jitter of {tried:.0e}; "
-        "the kernel hyperparameters are probably degenerate (check for duplicated inducing "
-        "points, a vanishing length scale or unscaled inputs)"
-    )
+
+    def factor(added):
+        low, ok, _ = _factor(a + added * identity, xp)
+        return low, ok
+
+    return _la.retry_with_jitter(factor, scale, jitter, max_tries, what, stacklevel=_stacklevel + 2)
 
 
 def float64_factor(

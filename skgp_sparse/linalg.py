@@ -222,20 +222,40 @@ def jittered_cholesky(a, jitter=DEFAULT_JITTER, max_tries=MAX_JITTER_TRIES, what
     scale = float(np.mean(np.diag(a)))
     if not scale > 0:
         scale = 1.0
-    rel = jitter
-    tried = rel
     n = a.shape[0]
-    for attempt in range(max_tries):
-        added = rel * scale
+
+    def factor(added):
         shifted = a.copy()
         shifted.flat[:: n + 1] += added
         low, info = _potrf(shifted)
-        if info == 0:
+        return low, info == 0
+
+    return retry_with_jitter(factor, scale, jitter, max_tries, what, stacklevel=4)
+
+
+def retry_with_jitter(factor, scale, jitter, max_tries, what, stacklevel):
+    """The jitter schedule of :func:`jittered_cholesky`, for any factorisation.
+
+    ``factor(added)`` factorises the matrix with ``added`` on its diagonal and returns
+    ``(low, succeeded)``. It is tried with ``jitter * scale``, then ten times more each
+    time (from 1e-10 when a zero jitter fails), at most ``max_tries`` times. A success
+    after the first attempt warns (:class:`JitterWarning`, at ``stacklevel``); when every
+    attempt fails, :class:`CholeskyError` names the largest jitter tried.
+
+    Returns
+    -------
+    low, relative : the factor and the relative jitter that succeeded
+    """
+    rel = jitter
+    tried = rel
+    for attempt in range(max_tries):
+        low, ok = factor(rel * scale)
+        if ok:
             if attempt > 0:
                 warnings.warn(
                     f"{what} needed a relative jitter of {rel:.0e} to be factorised",
                     JitterWarning,
-                    stacklevel=3,
+                    stacklevel=stacklevel,
                 )
             return low, rel
         tried = rel

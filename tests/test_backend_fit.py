@@ -322,17 +322,19 @@ def test_without_dispatch_converts_as_before():
     assert type(fitted.variational_state_.inducing) is np.ndarray
 
 
-def test_missing_gpu_library_fails_at_once():
+@pytest.mark.parametrize("name", ["cupy", "torch"])
+def test_missing_gpu_library_fails_at_once(name):
     import importlib.util
 
     X, y = _data(n=60)
-    if importlib.util.find_spec("cupy") is None:
-        with pytest.raises(ImportError, match="backend='cupy' needs CuPy"):
-            SparseGPRegressor(backend="cupy").fit(X, y)
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        with pytest.raises(RuntimeError, match="no CUDA device"):
-            SparseGPRegressor(backend="torch").fit(X, y)
+    if importlib.util.find_spec(name) is None:
+        error, match = ImportError, f"backend='{name}' needs"
+    elif name == "torch" and not __import__("torch").cuda.is_available():
+        error, match = RuntimeError, "no CUDA device"
+    else:
+        pytest.skip(f"{name} is installed with a usable GPU here (tests/test_gpu.py fits on it)")
+    with pytest.raises(error, match=match):
+        SparseGPRegressor(backend=name).fit(X, y)
 
 
 def test_dask_input_with_a_gpu_backend_is_refused():

@@ -509,23 +509,29 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
             from ._dask import map_rows
 
             return map_rows(lambda rows: self.predict(rows, return_std=return_std), X)
+        if return_cov:
+            return self._joint_predictive(X)
         likelihood = self._fitted_likelihood()
         scale = self._y_train_std
-        if return_cov:
-            mean, cov = self._latent(X, full_cov=True)
-            # Each output (column of the mean) gets the predictive covariance of its own
-            # latent column, on its own scale: (n, n, P).
-            parts = [likelihood.predictive_covariance(mean[:, p], cov[min(p, cov.shape[0] - 1)]) for p in range(mean.shape[1])]
-            y_mean = np.column_stack([m for m, _ in parts]) * scale + self._y_train_mean
-            y_cov = np.stack([c for _, c in parts], axis=-1) * scale**2
-            y_cov = y_cov[:, :, 0] if y_cov.shape[2] == 1 else y_cov
-            return self._to_output_shape(y_mean), np.ascontiguousarray(y_cov)
         mean, var = self._latent(X)
         y_mean, y_var = likelihood.predictive(mean, np.broadcast_to(var, mean.shape))
         y_mean_out = self._to_output_shape(y_mean * scale + self._y_train_mean)
         if not return_std:
             return y_mean_out
         return y_mean_out, self._to_output_shape(np.ascontiguousarray(np.sqrt(y_var) * scale))
+
+    def _joint_predictive(self, X):
+        """Mean and joint covariance of y at X, as numpy arrays (``predict(return_cov=True)``)."""
+        mean, cov = self._latent(X, full_cov=True)
+        likelihood = self._fitted_likelihood()
+        scale = self._y_train_std
+        # Each output (column of the mean) gets the predictive covariance of its own
+        # latent column, on its own scale: (n, n, P).
+        parts = [likelihood.predictive_covariance(mean[:, p], cov[min(p, cov.shape[0] - 1)]) for p in range(mean.shape[1])]
+        y_mean = np.column_stack([m for m, _ in parts]) * scale + self._y_train_mean
+        y_cov = np.stack([c for _, c in parts], axis=-1) * scale**2
+        y_cov = y_cov[:, :, 0] if y_cov.shape[2] == 1 else y_cov
+        return self._to_output_shape(y_mean), np.ascontiguousarray(y_cov)
 
     @outputs_follow_input
     def log_predictive_density(self, X, y):
@@ -575,7 +581,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
 
         rng = check_random_state(random_state)
         if self.likelihood == "gaussian":
-            mean, cov = self.predict.__wrapped__(self, X, return_cov=True)
+            mean, cov = self._joint_predictive(X)
             if mean.ndim == 1:
                 return rng.multivariate_normal(mean, cov, n_samples).T
             draws = [rng.multivariate_normal(mean[:, p], cov[..., p], n_samples).T[:, np.newaxis] for p in range(mean.shape[1])]

@@ -390,11 +390,16 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
     mean = tape.u.mean + tape.v.mean
     if not need_grad:
         return mean, var, None
+    _keep_factors(tape, m, low_u, used_u, a_uv, low_v, used_v, back_all, back_cross, back_diag)
+    return mean, var, tape
+
+
+def _keep_factors(tape, m, low_u, used_u, a_uv, low_v, used_v, back_all, back_cross, back_diag):
+    """Put on ``tape`` the factors and derivative closures the backward pass reads."""
     tape.low_u, tape.low_v, tape.a_uv = low_u, low_v, a_uv
     tape.jitter, tape.jitter_v = used_u, used_v
     tape.back_all, tape.back_cross, tape.back_diag = back_all, back_cross, back_diag
     tape.n_z = m
-    return mean, var, tape
 
 
 def _folding_inverses(form, need_grad, float64, n_rows, m, m2, low_u, low_v):
@@ -443,10 +448,7 @@ def _xp_marginals(xp, X, state, need_grad, inv_u, inv_v, low_u, used_u, a_uv, lo
     mean = tape.u.mean + tape.v.mean
     if not need_grad:
         return mean, var, None
-    tape.low_u, tape.low_v, tape.a_uv = low_u, low_v, a_uv
-    tape.jitter, tape.jitter_v = used_u, used_v
-    tape.back_all, tape.back_cross, tape.back_diag = back_all, back_cross, back_diag
-    tape.n_z = m
+    _keep_factors(tape, m, low_u, used_u, a_uv, low_v, used_v, back_all, back_cross, back_diag)
     return mean, var, tape
 
 
