@@ -60,7 +60,6 @@ __all__ = [
     "working_float",
     "cholesky",
     "jittered_cholesky",
-    "float64_factor",
     "solve_triangular",
     "tri_mm",
     "eye",
@@ -384,7 +383,7 @@ def _factor(a, xp):
     matrix."""
     lib = library(xp)
     if lib == "numpy":
-        low, info = _la._potrf(np.asarray(a))
+        low, info = _la.potrf(np.asarray(a))
         return low, info == 0, info
     if lib == "torch":
         import torch
@@ -479,7 +478,10 @@ def jittered_cholesky(
     Notes
     -----
     On a GPU each attempt synchronises once with the host (to learn whether it
-    succeeded), and the scale ``mean(diag(a))`` once more.
+    succeeded), and the scale ``mean(diag(a))`` once more. A float32 matrix starts
+    from :data:`~skgp_sparse.linalg.FLOAT32_MIN_JITTER`, and if it fails at that first
+    jitter it is factorised in float64 and its factor cast back, as on numpy (except on
+    a device without float64, see :func:`widest_float`).
     """
     xp = namespace(a) if xp is None else xp
     if xp is np:
@@ -488,52 +490,22 @@ def jittered_cholesky(
     scale = float(xp.mean(diagonal(a, xp)))
     if not scale > 0:
         scale = 1.0
-    identity = eye(a.shape[0], a)
 
-    def factor(added):
-        low, ok, _ = _factor(a + added * identity, xp)
-        return low, ok
+    def factor_in(dtype):
+        def factor(added):
+            matrix = a if a.dtype == dtype else _astype(a, dtype, xp)
+            low, ok, _ = _factor(matrix + added * eye(a.shape[0], matrix), xp)
+            return (_astype(low, a.dtype, xp) if ok and low.dtype != a.dtype else low), ok
 
-    return _la.retry_with_jitter(factor, scale, jitter, max_tries, what, stacklevel=_stacklevel + 2)
+        return factor
 
-
-def float64_factor(
-    a, xp=None, jitter=DEFAULT_JITTER, max_tries=MAX_JITTER_TRIES, what="kernel matrix", cast_back=True
-):
-    """:func:`jittered_cholesky` computed in float64 whatever the working dtype.
-
-    The float32 policy: a kernel matrix such as ``K(Z, Z)`` is often too ill-conditioned
-    for a float32 factorisation (its rounding error grows like ``m * eps``), while the
-    products around it are fine in float32. So the matrix is promoted, factorised in
-    float64 and, with ``cast_back``, the factor returned in the working dtype.
-
-    Parameters
-    ----------
-    a : array of shape (m, m), float32 or float64
-    xp : namespace, optional
-    jitter, max_tries, what
-        As :func:`jittered_cholesky`.
-    cast_back : bool, default=True
-        Return the factor in ``a``'s dtype; False keeps it in float64 (for callers that
-        solve with it in float64 too).
-
-    Returns
-    -------
-    low : array
-        The factor, of ``a``'s dtype (or float64 without ``cast_back``).
-    relative : float
-
-    Notes
-    -----
-    On a device without float64 (see :func:`widest_float`) the factorisation runs in
-    the working dtype. A float64 ``a`` is factorised as it is.
-    """
-    xp = namespace(a) if xp is None else xp
     wide = widest_float(xp, device_of(a))
-    if a.dtype == wide:
-        return jittered_cholesky(a, xp, jitter, max_tries, what, _stacklevel=3)
-    low, rel = jittered_cholesky(_astype(a, wide, xp), xp, jitter, max_tries, what, _stacklevel=3)
-    return (_astype(low, a.dtype, xp) if cast_back else low), rel
+    if a.dtype == xp.float32:
+        jitter = max(jitter, _la.FLOAT32_MIN_JITTER)
+    return _la.retry_with_jitter(
+        factor_in(a.dtype), scale, jitter, max_tries, what, stacklevel=_stacklevel + 2,
+        wide_factor=factor_in(wide) if a.dtype != wide else None,
+    )
 
 
 def _astype(a, dtype, xp):

@@ -232,6 +232,7 @@ class VariationalModel:
         var = self._per_latent_var(mean, var)
         Y, weights, var, extra = self._split(Y, var)
         ell, d_mean, d_var = self._weighted(weights, *self.likelihood.expected_log_lik(Y, mean, var, **extra))
+        d_mean, d_var = _in_float_of(mean, d_mean, d_var)
         kl = float(self.basis.kl_divergence(self.kernel, self.state, self.jitter, tape))
         elbo = scale * float(xp.sum(ell)) - kl
         if not need_grad:
@@ -319,6 +320,15 @@ class VariationalModel:
 
     def predictor(self):
         return self.basis.make_predictor(self.kernel, self.state, self.jitter)
+
+
+def _in_float_of(reference, *arrays):
+    """numpy ``arrays`` in the floating dtype of ``reference``. The likelihoods compute
+    numpy inputs in float64 (O(B) work, more accurate quadrature); in a float32 fit their
+    adjoints go back to the basis in float32, so that its O(B M^2) products stay there."""
+    if not isinstance(reference, np.ndarray) or reference.dtype == np.float64:
+        return arrays
+    return tuple(np.asarray(a, dtype=reference.dtype) for a in arrays)
 
 
 def _total(a):

@@ -38,6 +38,12 @@ __all__ = [
 
 DEFAULT_JITTER = 1e-6
 MAX_JITTER_TRIES = 6
+#: The smallest relative jitter a float32 matrix is factorised with: float32's machine
+#: epsilon. Its entries carry rounding errors of about that much of the largest, which
+#: can leave a nearly singular kernel matrix indefinite by as much: a smaller jitter
+#: (such as ``jitter="auto"`` with little noise) cannot make it positive definite, in
+#: float64 either, and would only spend the schedule's tries.
+FLOAT32_MIN_JITTER = float(np.finfo(np.float32).eps)
 
 
 class CholeskyError(np.linalg.LinAlgError):
@@ -161,7 +167,9 @@ def sym_mm(sym, b):
     return symm(1.0, s, bt, side=1, lower=1).T
 
 
-def _potrf(a):
+def potrf(a):
+    """LAPACK's Cholesky (float32 or float64) of a symmetric ``a``: the lower factor and
+    LAPACK's ``info`` (0 on success, else the failing leading minor); never raises."""
     fn = lapack.spotrf if a.dtype == np.float32 else lapack.dpotrf
     # A C-ordered symmetric matrix is its own transpose: factorising its F view as
     # upper gives the transpose of the lower factor, with no copy.
@@ -183,7 +191,7 @@ def cholesky(a):
         return _backend.cholesky(a)
     if not np.all(np.isfinite(a)):
         raise CholeskyError("matrix to factorise contains NaN or inf")
-    low, info = _potrf(a)
+    low, info = potrf(a)
     if info != 0:
         raise CholeskyError(f"matrix is not positive definite (leading minor {info})")
     return low
@@ -206,7 +214,7 @@ def jittered_cholesky(a, jitter=DEFAULT_JITTER, max_tries=MAX_JITTER_TRIES, what
     Returns
     -------
     low : ndarray
-        Lower factor of the jittered matrix.
+        Lower factor of the jittered matrix, of ``a``'s dtype.
     relative : float
         The relative jitter that succeeded (pass it back in to reuse it).
 
@@ -214,6 +222,14 @@ def jittered_cholesky(a, jitter=DEFAULT_JITTER, max_tries=MAX_JITTER_TRIES, what
     ------
     CholeskyError
         If every attempt failed; the message gives the largest jitter tried.
+
+    Notes
+    -----
+    A float32 matrix starts from a relative jitter of at least
+    :data:`FLOAT32_MIN_JITTER`. If it fails at that first jitter, it is factorised in
+    float64 (with the jitter schedule from the same start) and its factor cast back: a
+    kernel matrix often needs far more jitter in float32 (rounding grows like
+    ``m * eps * cond``), while the products around its factor are fine in float32.
     """
     if not isinstance(a, np.ndarray) and _backend.is_foreign(a):
         return _backend.jittered_cholesky(a, None, jitter, max_tries, what, _stacklevel=3)
@@ -222,18 +238,24 @@ def jittered_cholesky(a, jitter=DEFAULT_JITTER, max_tries=MAX_JITTER_TRIES, what
     scale = float(np.mean(np.diag(a)))
     if not scale > 0:
         scale = 1.0
-    n = a.shape[0]
 
-    def factor(added):
-        shifted = a.copy()
-        shifted.flat[:: n + 1] += added
-        low, info = _potrf(shifted)
-        return low, info == 0
+    def factor_in(dtype):
+        def factor(added):
+            shifted = a.astype(dtype)  # a copy
+            shifted.flat[:: a.shape[0] + 1] += added
+            low, info = potrf(shifted)
+            return low.astype(a.dtype, copy=False), info == 0
 
-    return retry_with_jitter(factor, scale, jitter, max_tries, what, stacklevel=4)
+        return factor
+
+    narrow = a.dtype == np.float32
+    return retry_with_jitter(
+        factor_in(a.dtype), scale, max(jitter, FLOAT32_MIN_JITTER) if narrow else jitter, max_tries, what,
+        stacklevel=4, wide_factor=factor_in(np.float64) if narrow else None,
+    )
 
 
-def retry_with_jitter(factor, scale, jitter, max_tries, what, stacklevel):
+def retry_with_jitter(factor, scale, jitter, max_tries, what, stacklevel, wide_factor=None):
     """The jitter schedule of :func:`jittered_cholesky`, for any factorisation.
 
     ``factor(added)`` factorises the matrix with ``added`` on its diagonal and returns
@@ -242,10 +264,19 @@ def retry_with_jitter(factor, scale, jitter, max_tries, what, stacklevel):
     after the first attempt warns (:class:`JitterWarning`, at ``stacklevel``); when every
     attempt fails, :class:`CholeskyError` names the largest jitter tried.
 
+    ``wide_factor`` (float32 matrices): the same factorisation computed in float64, with
+    the factor returned in float32. When the first attempt of ``factor`` fails, the
+    schedule runs on ``wide_factor`` instead, from the same jitter.
+
     Returns
     -------
     low, relative : the factor and the relative jitter that succeeded
     """
+    if wide_factor is not None:
+        low, ok = factor(jitter * scale)
+        if ok:
+            return low, jitter
+        factor = wide_factor
     rel = jitter
     tried = rel
     for attempt in range(max_tries):

@@ -229,42 +229,59 @@ def _ill_conditioned_float32():
     return RBF(4.0)(Z).astype(np.float32)
 
 
-def test_float64_factor_policy(lib):
+def test_the_float32_matrix_fails_in_float32_at_the_first_jitter():
+    # What makes the next tests able to fail: float32 LAPACK cannot factorise this
+    # matrix at the default jitter (float64 can).
+    K = _ill_conditioned_float32()
+    shifted = K + np.float32(1e-6 * np.mean(np.diag(K))) * np.eye(K.shape[0], dtype=np.float32)
+    assert la.potrf(shifted)[1] != 0
+    assert la.potrf(shifted.astype(np.float64))[1] == 0
+    torch = pytest.importorskip("torch")
+    assert int(torch.linalg.cholesky_ex(torch.asarray(shifted))[1]) != 0
+
+
+# Not array_api_strict: its float32 Cholesky computes in float64 and succeeds here.
+@pytest.mark.parametrize("name", ["numpy", "torch"])
+def test_float32_factorisation_falls_back_to_float64(name):
+    # The float32 policy: a factorisation that fails in float32 is done in float64 at
+    # the same jitter, instead of more jitter in float32; the factor comes back in float32.
+    lib = Lib(name)
     K = _ill_conditioned_float32()
     a = lib(K)
     xp = be.namespace(a)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no JitterWarning: float64 needs only the default
-        low, rel = be.float64_factor(a)
+        low, rel = be.jittered_cholesky(a)
     assert rel == 1e-6
     assert low.dtype == xp.float32
     ref, _ = la.jittered_cholesky(K.astype(np.float64))
     close(lib.check(low, like=a), ref.astype(np.float32), rtol=1e-6)
-    wide, _ = be.float64_factor(a, cast_back=False)
-    assert wide.dtype == xp.float64
-    # Condition number ~1e6 after jitter: two LAPACKs agree to ~1e-16 * 1e6, not 1e-12.
-    close(be.to_numpy(wide), ref, rtol=1e-8)
 
 
-def test_float32_factorisation_is_what_the_policy_avoids(rng):
-    # The reason for float64_factor: the same matrix in float32 LAPACK needs ten times
-    # the jitter (numpy; torch alike; array_api_strict computes float32 in float64).
-    with pytest.warns(la.JitterWarning):
-        la.jittered_cholesky(_ill_conditioned_float32())
+def test_float32_factorisation_stays_float32_when_it_succeeds(lib, rng):
+    K = spd(rng, 12).astype(np.float32)
+    low, rel = be.jittered_cholesky(lib(K))
+    assert rel == 1e-6 and low.dtype == be.namespace(low).float32
+    # A float32 factor: only float32 accuracy against the float64 one.
+    ref = np.linalg.cholesky(K.astype(np.float64) + 1e-6 * np.mean(np.diag(K)) * np.eye(12))
+    np.testing.assert_allclose(be.to_numpy(low), ref, rtol=1e-4, atol=1e-5)
 
 
-def test_float64_factor_without_float64_on_the_device():
+def test_float32_factorisation_starts_from_its_jitter_floor(lib, rng):
+    # Below FLOAT32_MIN_JITTER the rounding of float32 entries decides definiteness.
+    K = spd(rng, 12)
+    low, rel = be.jittered_cholesky(lib(K.astype(np.float32)), jitter=1e-12)
+    assert rel == la.FLOAT32_MIN_JITTER
+    assert be.jittered_cholesky(lib(K), jitter=1e-12)[1] == 1e-12
+
+
+def test_float32_factorisation_without_float64_on_the_device():
+    # No float64 to fall back to (a float64 array there raises): float32 throughout.
     dev = xs.Device("no_float64")
     K = spd(np.random.default_rng(1), 6).astype(np.float32)
-    low, rel = be.float64_factor(xs.asarray(K, device=dev))
+    low, rel = be.jittered_cholesky(xs.asarray(K, device=dev))
     assert low.dtype == xs.float32 and be.device_of(low) == dev
-    close(be.to_numpy(low), np.linalg.cholesky(K.astype(np.float64)), rtol=1e-5)
-
-
-def test_float64_factor_of_float64_is_jittered_cholesky(lib, rng):
-    K = spd(rng, 12)
-    low, rel = be.float64_factor(lib(K))
-    close(be.to_numpy(low), la.jittered_cholesky(K)[0])
+    close(be.to_numpy(low), np.linalg.cholesky(K.astype(np.float64) + 1e-6 * np.mean(np.diag(K)) * np.eye(6)), rtol=1e-5)
 
 
 # --------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""scikit-learn's own estimator checks, for every basis and every likelihood."""
+"""scikit-learn's own estimator checks, for every basis, every likelihood and float32."""
 
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
@@ -21,19 +21,33 @@ REGRESSORS = [
     SparseGPRegressor(basis="inverse_free", n_inducing=10, max_iter=100, random_state=0),
     SparseGPRegressor(likelihood="student_t", n_inducing=20, max_iter=100, random_state=0),
     SparseGPRegressor(likelihood="poisson", n_inducing=20, max_iter=100, random_state=0),
+    SparseGPRegressor(n_inducing=20, max_iter=50, random_state=0, dtype="float32"),
 ]
 CLASSIFIERS = [
     SparseGPClassifier(n_inducing=10, max_iter=30, random_state=0),
     SparseGPClassifier(basis="orth_decoupled", n_inducing=8, n_orthogonal=8, max_iter=20, random_state=0),
     SparseGPClassifier(basis="solve", n_inducing=8, n_orthogonal=8, max_iter=20, random_state=0),
     SparseGPClassifier(basis="inverse_free", n_inducing=8, max_iter=20, random_state=0),
+    SparseGPClassifier(n_inducing=10, max_iter=30, random_state=0, dtype="float32"),
 ]
+
+
+#: A float32 fit agrees with its repeated-rows twin to float32 rounding of the bound
+#: (about 1e-6 relative), not to 1e-7.
+FLOAT32_WEIGHTS = {
+    "check_sample_weight_equivalence_on_dense_data": (
+        "weights and repeated rows give the same objective, but a float32 fit reaches the same model "
+        "only to float32 rounding, not to the check's 1e-7"
+    ),
+}
 
 
 def expected_failures(estimator):
     collapsed = (
         isinstance(estimator, SparseGPRegressor) and estimator.basis == "coupled" and estimator.likelihood == "gaussian"
     )
+    if estimator.dtype == "float32":
+        return FLOAT32_WEIGHTS if collapsed else ITERATIVE_WEIGHTS
     return {} if collapsed else ITERATIVE_WEIGHTS
 
 

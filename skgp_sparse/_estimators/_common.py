@@ -269,8 +269,9 @@ def dispatch_namespace(X):
 
 @dataclass
 class FitDevice:
-    """Where a fit runs when it does not run on numpy: a namespace, a device (None:
-    that of the input arrays) and the floating dtype of the training arrays."""
+    """Where a fit runs when it does not run on float64 numpy: a namespace (numpy
+    itself for a float32 fit on the CPU), a device (None: that of the input arrays or
+    the library's default) and the floating dtype of the training arrays."""
 
     xp: object
     device: object
@@ -278,11 +279,12 @@ class FitDevice:
 
 
 def fit_device(estimator, X):
-    """Where ``estimator`` fits X: None for the numpy path, else a :class:`FitDevice`.
+    """Where ``estimator`` fits X: None for the float64 numpy path, else a :class:`FitDevice`.
 
     Arrays of another library under ``array_api_dispatch`` are fitted where they live;
     ``backend="cupy"`` or ``"torch"`` moves numpy input to that library's GPU (and fails
-    at once, naming what is missing, without one).
+    at once, naming what is missing, without one). ``dtype="float32"`` on numpy runs the
+    numpy path on float32 copies of the rows and state.
     """
     xp = dispatch_namespace(X)
     device = None
@@ -302,13 +304,15 @@ def fit_device(estimator, X):
             )
         xp = gpu_xp
     if xp is None:
-        if estimator.dtype != "float64":
+        if estimator.dtype == "float64":
+            return None
+        if is_dask_collection(X):
             raise NotImplementedError(
-                f"{type(estimator).__name__}: dtype={estimator.dtype!r} runs on the array-library "
-                "path only for now (backend='cupy' or 'torch', or arrays of another library under "
-                "scikit-learn's array_api_dispatch); the numpy path fits in float64"
+                f"{type(estimator).__name__}: a Dask array streams in float64 only; use "
+                "dtype='float64', or compute it into memory for dtype='float32'"
             )
-        return None
+        # float32 on the CPU: the numpy path's own code, on float32 copies of the rows.
+        return FitDevice(np, None, np.float32)
     dtype = getattr(xp, estimator.dtype)
     return FitDevice(xp, device, dtype)
 

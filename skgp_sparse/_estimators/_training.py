@@ -257,10 +257,11 @@ def run_training(estimator, model, rows, Y, rng, steps_done=0, x_scale=None):
 
 
 def _state_to_host(model):
-    """After a fit on arrays of another library: the state as numpy arrays, so that the
-    fitted estimator pickles and predicts anywhere (a no-op for a numpy state)."""
+    """After a fit on arrays of another library or in float32: the state as float64
+    numpy arrays, so that the fitted estimator pickles and predicts anywhere as a
+    float64 fit does (a no-op for a float64 numpy state)."""
     inducing = getattr(model.state, "inducing", None)
-    if inducing is not None and not isinstance(inducing, np.ndarray):
+    if inducing is not None and not (isinstance(inducing, np.ndarray) and inducing.dtype == np.float64):
         model.state = state_to(model.state, lambda a: np.array(backend.to_numpy(a), dtype=np.float64))
 
 

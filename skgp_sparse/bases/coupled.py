@@ -338,7 +338,7 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
         tape.middle_kzx = [sym_mm(w, kzx) for w in (tape.middle if numpy else blocks(tape.middle))]
         mean = mm(kzx, tri_mm(inv_low, state.q_mean, trans=True), trans_a=True)
         if numpy:
-            var = np.empty((len(tape.middle), X.shape[0]))
+            var = np.empty((len(tape.middle), X.shape[0]), dtype=kzx.dtype)
             for c, w_k in enumerate(tape.middle_kzx):
                 add_column_products(kdiag, kzx, w_k, var[c])
             var = var.T
@@ -472,7 +472,7 @@ def kl_divergence(kernel, state, jitter, tape=None):
         ]
         trace_logdet = sum(per_cov[1:], per_cov[0]) * (n_out if n_cov == 1 else 1)
         return 0.5 * (trace_logdet + xp.sum(state.q_mean * state.q_mean))
-    per_cov = np.empty(n_cov)
+    per_cov = np.empty(n_cov, dtype=state.q_sqrt.dtype)
     for c in range(n_cov):
         low = state.q_sqrt[c]
         per_cov[c] = np.sum(low * low) - m - 2.0 * np.sum(np.log(np.abs(np.diag(low))))

@@ -131,6 +131,7 @@ path decides the same thing (the sign of the variance adjoints, the finiteness o
 natural step). tests/test_backend_inverse_free.py checks them against numpy.
 """
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -453,11 +454,13 @@ def initial_factors(kzz, n_cov, sigma_init=SIGMA_INIT):
         t_sqrt, _, _ = refine_inverse_factor(identity / xp.sqrt(bound), p, T_INIT_MAX_ITER, tol)
         return xp.stack([xp.sqrt(scale) * identity] * n_cov), xp.stack([t_sqrt] * n_cov)
     scale = sigma_init * max(float(np.mean(np.diag(kzz))), 1e-12)
-    sigma_sqrt = np.sqrt(scale) * np.eye(m)
-    p = kzz + scale * np.eye(m)
+    identity = np.eye(m, dtype=kzz.dtype)
+    sigma_sqrt = math.sqrt(scale) * identity
+    p = kzz + scale * identity
     # I / lambda_max(P) has L^T P L - I in (-1, 0]: the factor steps grow T monotonically.
     bound = float(np.max(np.abs(p).sum(axis=1)))
-    t_sqrt, _, _ = refine_inverse_factor(np.eye(m) / np.sqrt(bound), p, T_INIT_MAX_ITER, T_INIT_TOL)
+    tol = max(T_INIT_TOL, 64.0 * float(np.finfo(p.dtype).eps))
+    t_sqrt, _, _ = refine_inverse_factor(identity / math.sqrt(bound), p, T_INIT_MAX_ITER, tol)
     return (np.broadcast_to(sigma_sqrt, (n_cov, m, m)).copy(), np.broadcast_to(t_sqrt, (n_cov, m, m)).copy())
 
 

@@ -359,7 +359,7 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
     tape = _Tape()
     tape.coupled_tape, tape.inv_u, tape.inv_v, tape.r = None, inv_u, inv_v, None
     n_cov = state.q_sqrt.shape[0]
-    var = np.empty((n_cov, X.shape[0]))
+    var = np.empty((n_cov, X.shape[0]), dtype=k_cross.dtype)
     if inv_u is None:
         b = solve_triangular(low_u, np.ascontiguousarray(k_cross[:m]))
         d = solve_triangular(low_v, k_cross[m:] - mm(a_uv, b, trans_a=True))
@@ -511,7 +511,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal")):
     kux_bar, kvx_bar, kuu_bar, kuv_bar, cvv_bar, b_g, d_g = adjoints(tape, block_u, block_v, d_mean, h)
     m2 = cvv_bar.shape[0]
     if isinstance(cvv_bar, np.ndarray):
-        k_all_bar = np.zeros((m + m2, m + m2))
+        k_all_bar = np.zeros((m + m2, m + m2), dtype=cvv_bar.dtype)
         k_all_bar[:m, :m] = kuu_bar
         k_all_bar[:m, m:] = kuv_bar
         k_all_bar[m:, m:] = cvv_bar
@@ -664,7 +664,7 @@ def make_predictor(kernel, state, jitter):
         return coupled.CoupledPredictor(_stack_points(state.inducing, state.orthogonal), weights, xp.stack(joint))
     weights = np.vstack([alpha_u - mm(r, alpha_v), alpha_v])
     n_cov = middle_u.shape[0]
-    middle = np.zeros((n_cov, m + m2, m + m2))
+    middle = np.zeros((n_cov, m + m2, m + m2), dtype=middle_u.dtype)
     for c in range(n_cov):
         r_w = mm(r, middle_v[c])  # R W_v
         middle[c, :m, :m] = middle_u[c] + mm(r_w, r, trans_b=True)

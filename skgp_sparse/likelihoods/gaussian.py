@@ -57,10 +57,12 @@ class GaussianLikelihood:
         if xp is not np:
             return self._expected_log_lik_xp(xp, y, mean, var, extra_noise)
         s2 = self.noise_variance + extra_noise
+        # Python floats for a scalar noise: numpy float64 scalars would promote float32 rows.
+        log_s2 = math.log(s2) if isinstance(s2, float) else np.log(s2)
         resid = y - mean
-        ell = -0.5 * (LOG_2PI + np.log(s2)) - 0.5 * (resid * resid + var) / s2
+        ell = -0.5 * (_LOG_2PI + log_s2) - 0.5 * (resid * resid + var) / s2
         d_mean = resid / s2
-        d_var = np.broadcast_to(-0.5 / s2, ell.shape)
+        d_var = np.broadcast_to(np.asarray(-0.5 / s2, dtype=ell.dtype), ell.shape)
         return ell, d_mean, d_var
 
     def _expected_log_lik_xp(self, xp, y, mean, var, extra_noise):
@@ -108,7 +110,7 @@ class GaussianLikelihood:
             (y,) = as_working_floats(xp, (mean, var), y)
             resid = y - mean
             return -0.5 * (_LOG_2PI + xp.log(total) + resid * resid / total)
-        return -0.5 * (LOG_2PI + np.log(total) + (y - mean) ** 2 / total)
+        return -0.5 * (_LOG_2PI + np.log(total) + (y - mean) ** 2 / total)
 
 
 class NoiseParameter:

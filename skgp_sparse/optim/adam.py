@@ -98,7 +98,10 @@ class Adam:
     @staticmethod
     def _in_namespace(factor, like, xp):
         """A scalar as it is; an array (per-feature step scales, bounds) in ``like``'s
-        library, device and dtype, so that host settings combine with device parameters."""
-        if xp is np or np.ndim(factor) == 0:
+        library, device and dtype, so that host settings combine with device parameters
+        (and float64 settings do not promote a float32 parameter)."""
+        if np.ndim(factor) == 0:
             return factor
+        if xp is np:
+            return np.asarray(factor, dtype=like.dtype)
         return backend.to_namespace(factor, xp, device=backend.device_of(like), dtype=like.dtype)
