@@ -15,7 +15,7 @@ from skgp_sparse import backend
 from skgp_sparse.bases import BASES
 from skgp_sparse.optim import Adam, NaturalStepSchedule, train
 from skgp_sparse.optim.stopping import StoppingRule
-from skgp_sparse._estimators._common import feature_scale, resolve_kernel
+from skgp_sparse._estimators._common import feature_scale, resolve_kernel, state_to
 
 
 def synchronize(xp, device=None):
@@ -146,11 +146,10 @@ def _time_train_steps(model, reg, X, Y, Z0, schedule, batch_size, n_steps, n_war
 
     # Everything moves once, before the clock starts (the estimators do the same).
     Xd, Yd = to_device(X), to_device(Y)
-    # The prior state built from the points on the device is the host prior moved there
-    # (init_state makes its arrays in the points' library, device and dtype); building it
-    # again is simpler than moving a state whose fields nest (orth_decoupled's beta).
-    model.state = BASES[reg.basis].init_state(to_device(Z0), n_outputs=1, n_covariances=1,
-                                              n_orthogonal=reg.n_orthogonal)
+    # The host prior moved to the device in the working dtype, as the estimators move it
+    # (init_state makes numpy states in float64).
+    model.state = state_to(BASES[reg.basis].init_state(Z0, n_outputs=1, n_covariances=1,
+                                                       n_orthogonal=reg.n_orthogonal), to_device)
     total = n_warmup + n_steps
     rows = backend.to_namespace(_step_rows(X.shape[0], batch_size, total, seed), xp, device=device)
     # The estimators' Adam: steps on the inducing inputs scaled by each feature's spread.

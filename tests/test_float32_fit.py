@@ -95,6 +95,30 @@ def test_a_nearly_singular_kernel_matrix_is_factorised_with_the_float32_jitter_f
     fc.close(fitted.predict(X), reference.predict(X), 1e-2)
 
 
+def test_auto_jitter_of_float32_starts_at_the_floor(monkeypatch):
+    # With little noise, jitter="auto" asks for less than float32 factorisations use: the
+    # full-batch search must not be run again for a jitter it cannot have.
+    from skgp_sparse._estimators import _training
+    from skgp_sparse.kernels import compile_kernel
+    from sklearn.gaussian_process.kernels import RBF
+
+    Z = np.linspace(0.0, 1.0, 8)[:, None]
+    kernel = compile_kernel(RBF())
+    assert _training.auto_jitter(kernel, Z, 1e-6) == pytest.approx(1e-12)
+    assert _training.auto_jitter(kernel, Z.astype(np.float32), 1e-6) == FLOAT32_MIN_JITTER
+
+    searches = []
+    original = _training.optimise_collapsed
+    monkeypatch.setattr(_training, "optimise_collapsed", lambda *a, **k: searches.append(1) or original(*a, **k))
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, size=(120, 1))
+    y = np.sin(X[:, 0]) + 0.02 * rng.standard_normal(120)
+    fitted = fc.fit(SparseGPRegressor(n_inducing=12, dtype="float32", random_state=0), X, y, False)
+    # This noise would allow a relative jitter below FLOAT32_MIN_JITTER / 10.
+    assert fitted.noise_variance_ < 0.01 and fitted.jitter_ == FLOAT32_MIN_JITTER
+    assert len(searches) == 1
+
+
 def test_dask_input_in_float32_is_refused():
     da = pytest.importorskip("dask.array")
     X, y = fc.data(n=60)

@@ -50,10 +50,12 @@ SHARED_DOCS = {
         GPU. The training rows, minibatches and q(u) stay on the device for the whole
         fit; the fitted model holds numpy arrays, so it pickles and predicts anywhere.""",
     "dtype": """dtype : {"float64", "float32"}, default="float64"
-        Floating dtype of the training arrays on the array-library path (``backend`` not
-        ``"numpy"``, or arrays of another library under ``array_api_dispatch``). In
-        float32 the factorisation of K(Z, Z) falls back to float64 where float32 fails.
-        The numpy path fits in float64 only (float32 raises NotImplementedError).""",
+        Floating dtype of the training steps, on every backend. ``"float32"`` halves the
+        memory of the rows and of q(u) and runs the BLAS at its float32 rate (on the CPU
+        about 1.7 times faster steps at M = 1024). The factorisation of K(Z, Z) starts
+        from a relative jitter of at least float32's epsilon and falls back to float64
+        where float32 fails; the likelihood terms are computed in float64 on numpy. The
+        fitted model is float64 either way. Dask input streams in float64 only.""",
     "random_state": """random_state : int, RandomState instance or None, default=None
         Seeds the inducing initialisation and the minibatch order: the same value gives
         the same model.""",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
+from ..linalg import FLOAT32_MIN_JITTER
 from ..optim import Adam, NaturalStepSchedule, train
 from ..optim.fullbatch import optimal_q, optimise_collapsed
 from ..optim.loop import History, settle_variational
@@ -121,12 +122,16 @@ def make_optimisers(estimator, model, x_scale, full_batch, steps_done, falling_e
 
 
 def auto_jitter(kernel, Z, noise_variance=None):
-    """The relative jitter that ``jitter="auto"`` starts from (see :data:`AUTO_JITTER`)."""
+    """The relative jitter that ``jitter="auto"`` starts from (see :data:`AUTO_JITTER`);
+    for float32 inducing inputs no less than the float32 factorisations start from
+    (:data:`~skgp_sparse.linalg.FLOAT32_MIN_JITTER`)."""
+    xp = backend.namespace(Z)
+    floor = FLOAT32_MIN_JITTER if Z.dtype == xp.float32 else 0.0
     diag = kernel.diag(Z)
-    scale = float(backend.namespace(diag).mean(diag))
+    scale = float(xp.mean(diag))
     if noise_variance is None or not scale > 0:
         return AUTO_JITTER
-    return min(AUTO_JITTER, AUTO_JITTER * noise_variance / scale)
+    return max(floor, min(AUTO_JITTER, AUTO_JITTER * noise_variance / scale))
 
 
 def starting_jitter(estimator, kernel, Z, noise_variance=None):
