@@ -221,3 +221,14 @@ def fit_with_curve(estimator, X, y, evaluate, budget=None):
     finally:
         del estimator._epoch_callback
     return time.perf_counter() - start - paused[0], curve
+
+
+def installed_versions(*names):
+    """numpy's version and those of the named packages that are installed, for a results file."""
+    out = {"numpy": np.__version__}
+    for name in names:
+        try:
+            out[name] = __import__(name).__version__
+        except ImportError:
+            pass
+    return out

@@ -34,7 +34,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from _data import gaussian_nlpd, init_inducing, load_keel, load_regression, rmse
-from _ours import basis_settings, implemented_bases, time_our_step
+from _ours import basis_settings, implemented_bases, installed_versions, time_our_step
 
 RESULTS_DIR = Path(__file__).parent / "results"
 DTYPES = ("float32", "float64")
@@ -136,16 +136,6 @@ def markdown(results):
     return "\n".join(lines)
 
 
-def versions():
-    out = {"numpy": np.__version__}
-    for name in ("torch", "gpytorch", "sklearn", "scipy", "numba"):
-        try:
-            out[name] = __import__(name).__version__
-        except ImportError:
-            pass
-    return out
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=["steps", "accuracy"], default=None)
@@ -164,7 +154,7 @@ def main():
     if args.quick:
         args.m, args.n_steps, args.repeats, args.epochs, args.accuracy_m = [64], 3, 1, 2, 32
     results = dict(meta=dict(machine=platform.processor() or platform.machine(), threads=args.threads,
-                             versions=versions(), args=vars(args)))
+                             versions=installed_versions("torch", "gpytorch", "sklearn", "scipy", "numba"), args=vars(args)))
     with threadpool_limits(args.threads):
         if args.only in (None, "steps"):
             results["steps"] = step_times(args)

@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 from _data import gaussian_nlpd, init_inducing, load_regression, rmse  # noqa: E402
-from _ours import basis_settings, implemented_bases, synchronize, time_our_step  # noqa: E402
+from _ours import basis_settings, implemented_bases, installed_versions, synchronize, time_our_step  # noqa: E402
 
 RESULTS_DIR = Path(__file__).parent / "results"
 OTHER_BASES = ("solve", "orth_decoupled", "inverse_free")
@@ -130,16 +130,6 @@ class Target:
 
         if self.on_gpu and torch.cuda.is_available():
             torch.cuda.empty_cache()
-
-
-def versions():
-    out = {"numpy": np.__version__}
-    for name in ("cupy", "torch", "gpytorch", "array_api_compat", "sklearn"):
-        try:
-            out[name] = __import__(name).__version__
-        except ImportError:
-            pass
-    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -412,7 +402,7 @@ def main():
                             quick=args.quick, machine=platform.platform(), cpu_count=os.cpu_count(),
                             cpu_threads=args.cpu_threads, cpu_max_m=args.cpu_max_m, cpu_steps=args.cpu_steps,
                             threads=args.threads, n_steps=args.n_steps, warmup=args.warmup, repeats=args.repeats,
-                            peer_modes=args.peer_modes, grid=grid, dtypes=args.dtypes, versions=versions(),
+                            peer_modes=args.peer_modes, grid=grid, dtypes=args.dtypes, versions=installed_versions("cupy", "torch", "gpytorch", "array_api_compat", "sklearn"),
                             date=time.strftime("%Y-%m-%dT%H:%M:%S"))}
     print(f"GPU: {target.name}", flush=True)
     skipped = {}

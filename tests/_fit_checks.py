@@ -28,6 +28,16 @@ RTOL_F32_SEARCH = 2e-3
 RTOL_F32_PREDICT = 1e-4
 
 
+#: Likelihoods and options beyond the Gaussian regressor and the binary classifier, as
+#: ``(kind, estimator parameters)``, and their test ids.
+OTHER_LIKELIHOODS = [
+    ("regressor", dict(likelihood="student_t")), ("regressor", dict(likelihood="poisson")),
+    ("multiclass", {}), ("multiclass", dict(likelihood="softmax")),
+    ("regressor", dict(kernel=None, normalize_y=False, alpha=1e-3)),
+]
+OTHER_LIKELIHOOD_IDS = ["student_t", "poisson", "multiclass_robustmax", "softmax", "alpha"]
+
+
 def data(n=160, d=2, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.uniform(-3, 3, size=(n, d))
@@ -49,7 +59,10 @@ def estimator(kind, basis, batch_size, **params):
     return SparseGPClassifier(**settings(basis, batch_size, **params))
 
 
-def targets(kind, y):
+def targets(kind, y, params=None):
+    """The targets of an estimator ``kind`` from :func:`data`'s y (counts for Poisson)."""
+    if params is not None and params.get("likelihood") == "poisson":
+        return np.round(np.exp(y))
     if kind == "regressor":
         return y
     if kind == "binary":

@@ -89,17 +89,11 @@ def test_collapsed_search_lands_where_numpy_does(lib, dtype):
     fc.assert_same_fit(fitted, reference, dtype, X[:30], searched=True)
 
 
-@pytest.mark.parametrize(
-    "kind, params",
-    [("regressor", dict(likelihood="student_t")), ("regressor", dict(likelihood="poisson")),
-     ("multiclass", {}), ("multiclass", dict(likelihood="softmax")),
-     ("regressor", dict(kernel=None, normalize_y=False, alpha=1e-3))],
-    ids=["student_t", "poisson", "multiclass_robustmax", "softmax", "alpha"],
-)
+@pytest.mark.parametrize("kind, params", fc.OTHER_LIKELIHOODS, ids=fc.OTHER_LIKELIHOOD_IDS)
 def test_other_likelihoods_match_numpy(kind, params):
     lib = Lib("strict_device1")
     X, y = fc.data()
-    y = np.round(np.exp(y)) if params.get("likelihood") == "poisson" else fc.targets(kind, y)
+    y = fc.targets(kind, y, params)
     reference = fc.fit(fc.estimator(kind, "coupled", 40, **params), X, y, False)
     fitted = fc.fit(fc.estimator(kind, "coupled", 40, **params), lib(X), lib(y), True)
     fc.assert_same_fit(fitted, reference, "float64", X[:30])

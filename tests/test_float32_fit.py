@@ -44,16 +44,10 @@ def test_collapsed_search_lands_where_float64_does():
     fc.assert_same_fit(fitted, reference, "float32", X[:30], searched=True)
 
 
-@pytest.mark.parametrize(
-    "kind, params",
-    [("regressor", dict(likelihood="student_t")), ("regressor", dict(likelihood="poisson")),
-     ("multiclass", {}), ("multiclass", dict(likelihood="softmax")),
-     ("regressor", dict(kernel=None, normalize_y=False, alpha=1e-3))],
-    ids=["student_t", "poisson", "multiclass_robustmax", "softmax", "alpha"],
-)
+@pytest.mark.parametrize("kind, params", fc.OTHER_LIKELIHOODS, ids=fc.OTHER_LIKELIHOOD_IDS)
 def test_other_likelihoods_match_float64(kind, params):
     X, y = fc.data()
-    y = np.round(np.exp(y)) if params.get("likelihood") == "poisson" else fc.targets(kind, y)
+    y = fc.targets(kind, y, params)
     reference = fc.fit(fc.estimator(kind, "coupled", 40, **params), X, y, False)
     fitted = fc.fit(fc.estimator(kind, "coupled", 40, dtype="float32", **params), X, y, False)
     fc.assert_same_fit(fitted, reference, "float32", X[:30])

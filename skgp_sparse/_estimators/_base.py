@@ -181,8 +181,8 @@ class SparseGPBase(BoundMethods, BaseEstimator):
 
     @staticmethod
     def _to_device(model, Y, rows):
-        """The model's state and the target array on the rows' device (a no-op for
-        numpy rows). The model is built on the host (k-means on the host copy of X) and
+        """The model's state and the target array on the rows' device and in their
+        dtype (a no-op for float64 numpy rows). The model is built on the host (k-means on the host copy of X) and
         moves once; kernel theta and the noise stay on the host. The training functions
         bring the state back to numpy at the end of every fit or pass."""
         if not isinstance(rows, DeviceRows):

@@ -205,7 +205,8 @@ class InMemoryRows:
 
 class DeviceRows(InMemoryRows):
     """Training rows held as one array of another Array API library (torch, CuPy,
-    array_api_strict, ...), on its device.
+    array_api_strict, ...), on its device, or as a float32 numpy array (a float32 fit
+    on the CPU).
 
     Minibatches are cut there with ``xp.take``; their rows are those the numpy path draws
     (the same Generator permutation, each batch's rows sorted), sent to the device once
