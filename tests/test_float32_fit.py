@@ -69,6 +69,7 @@ def test_sample_weight_partial_fit_and_warm_start():
             f32.partial_fit(X[rows], y[rows])
     assert f32.n_steps_ == ref.n_steps_
     fc.assert_numpy_model(f32)
+    assert f32.partial_fit(X[:40], y[:40]).n_steps_ == ref.partial_fit(X[:40], y[:40]).n_steps_
     fc.close(f32.predict(X[:30]), ref.predict(X[:30]), fc.RTOL_F32_PREDICT)
 
     ref = fc.fit(fc.estimator("regressor", "coupled", 40, warm_start=True), X, y, False)
@@ -113,11 +114,16 @@ def test_auto_jitter_of_float32_starts_at_the_floor(monkeypatch):
     assert len(searches) == 1
 
 
-def test_dask_input_in_float32_is_refused():
+@pytest.mark.parametrize("kind", ["regressor", "binary"])
+def test_dask_input_streams_in_float32(kind):
     da = pytest.importorskip("dask.array")
-    X, y = fc.data(n=60)
-    with pytest.raises(NotImplementedError, match="Dask array streams in float64 only"):
-        SparseGPRegressor(dtype="float32").fit(da.from_array(X, chunks=20), y)
+    X, y = fc.data()
+    y = fc.targets(kind, y)
+    chunked = da.from_array(X, chunks=50)
+    reference = fc.fit(fc.estimator(kind, "coupled", 40), chunked, y, False)
+    model = fc.estimator(kind, "coupled", 40, dtype="float32")
+    assert _float64_matrices_in_training(lambda: fc.fit(model, chunked, y, False)) == set()
+    fc.assert_same_fit(model, reference, "float32", X[:30])
 
 
 # --------------------------------------------------------------------------------------

@@ -28,7 +28,6 @@ from ..bases import BASES
 from ..elbo import TargetLayout, VariationalModel
 from ..kernels import compile_kernel
 from ._common import (
-    DeviceRows,
     check_basis_options,
     check_n_data,
     check_sample_weight,
@@ -185,7 +184,7 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         dtype (a no-op for float64 numpy rows). The model is built on the host (k-means on the host copy of X) and
         moves once; kernel theta and the noise stay on the host. The training functions
         bring the state back to numpy at the end of every fit or pass."""
-        if not isinstance(rows, DeviceRows):
+        if not rows.converts:
             return model, Y
         model.state = state_to(model.state, rows.to_device)
         return model, rows.to_device(Y)

@@ -176,12 +176,21 @@ class InMemoryRows:
     sample : ndarray
         Rows to initialise from (inducing inputs, feature scales): all of them here.
     n_rows : int
+    converts : bool
+        Whether the model's state and the targets must be converted (:meth:`to_device`)
+        to train on these rows: False for float64 numpy rows.
     """
+
+    converts = False
 
     def __init__(self, X):
         self.X = X
         self.sample = X
         self.n_rows = X.shape[0]
+
+    def to_device(self, a):
+        """A host array ``a`` (targets, state) as the training steps take it: as it is here."""
+        return a
 
     def sample_weights(self, weights):
         """The weights of the rows of ``sample`` (None when ``weights`` is None)."""
@@ -213,6 +222,8 @@ class DeviceRows(InMemoryRows):
     per epoch as one index array. ``sample`` is a host (numpy) copy of the rows, used
     only to initialise (inducing inputs by k-means, feature scales).
     """
+
+    converts = True
 
     def __init__(self, X, sample, xp, dtype):
         self.X = X
@@ -285,7 +296,8 @@ def fit_device(estimator, X):
     Arrays of another library under ``array_api_dispatch`` are fitted where they live;
     ``backend="cupy"`` or ``"torch"`` moves numpy input to that library's GPU (and fails
     at once, naming what is missing, without one). ``dtype="float32"`` on numpy runs the
-    numpy path on float32 copies of the rows and state.
+    numpy path on float32 copies of the rows and state (Dask input: None, its chunks are
+    converted as they stream).
     """
     xp = dispatch_namespace(X)
     device = None
@@ -305,13 +317,9 @@ def fit_device(estimator, X):
             )
         xp = gpu_xp
     if xp is None:
-        if estimator.dtype == "float64":
+        # Dask input streams in the estimator's dtype (_dask.DaskRows).
+        if estimator.dtype == "float64" or is_dask_collection(X):
             return None
-        if is_dask_collection(X):
-            raise NotImplementedError(
-                f"{type(estimator).__name__}: a Dask array streams in float64 only; use "
-                "dtype='float64', or compute it into memory for dtype='float32'"
-            )
         # float32 on the CPU: the numpy path's own code, on float32 copies of the rows.
         return FitDevice(np, None, np.float32)
     dtype = getattr(xp, estimator.dtype)
@@ -421,7 +429,8 @@ def is_dask_collection(a):
 def training_rows(estimator, X, y, rng, **check_params):
     """Validate (X, y) for fit: the rows as a source of minibatches, and y as numpy.
 
-    Dask input streams from its chunks (``_dask.DaskRows``); anything else is validated
+    Dask input streams from its chunks (``_dask.DaskRows``, in the estimator's dtype);
+    anything else is validated
     by scikit-learn into one float64 array. Sets ``n_features_in_`` (and
     ``feature_names_in_``).
     """

@@ -39,13 +39,15 @@ def _as_dask_matrix(X, name="X"):
     return X.rechunk({1: -1}) if len(X.chunks[1]) > 1 else X
 
 
-def _finite_block(block, start):
-    """A chunk of X as float64, refused with the rows named if it holds NaN or inf."""
+def _finite_block(block, start, dtype=np.float64):
+    """A chunk of X in ``dtype``, refused with the rows named if it holds NaN or inf
+    (checked before the conversion, so that a value too large for float32 is not
+    reported as an infinity of the input)."""
     block = np.asarray(block, dtype=np.float64)
     if not np.all(np.isfinite(block)):
         rows = start + np.flatnonzero(~np.all(np.isfinite(block), axis=1))
         raise ValueError(f"X contains NaN or inf (rows {rows[:5].tolist()} among others)")
-    return block
+    return block.astype(dtype, copy=False)
 
 
 class DaskRows:
@@ -54,16 +56,26 @@ class DaskRows:
     Attributes
     ----------
     sample : ndarray
-        At most ``MAX_ROWS`` random rows (inducing inputs, feature scales).
+        At most ``MAX_ROWS`` random rows (inducing inputs, feature scales), float64.
     n_rows : int
+    dtype : numpy dtype
+        Floating dtype of the minibatches (float32 for a float32 fit).
+    converts : bool
+        Whether the state and the targets are converted for training (float32).
     """
 
-    def __init__(self, X, sample, sample_rows):
+    def __init__(self, X, sample, sample_rows, dtype=np.float64):
         self.X = X
         self.sample = sample
         self.sample_rows = sample_rows
         self.n_rows = X.shape[0]
         self.starts = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(int)
+        self.dtype = np.dtype(dtype)
+        self.converts = self.dtype != np.float64
+
+    def to_device(self, a):
+        """A host array ``a`` (targets, state) in the minibatches' dtype."""
+        return np.asarray(a, dtype=self.dtype)
 
     def sample_weights(self, weights):
         """The weights of the rows of ``sample`` (None when ``weights`` is None)."""
@@ -76,19 +88,20 @@ class DaskRows:
 
     def all_rows(self, Y):
         """(X, Y), every row in order, as numpy (a full-batch fit holds them all anyway)."""
-        blocks = [_finite_block(self.X.blocks[i].compute(), self.starts[i]) for i in range(len(self.X.chunks[0]))]
+        blocks = [_finite_block(self.X.blocks[i].compute(), self.starts[i], self.dtype)
+                  for i in range(len(self.X.chunks[0]))]
         return np.concatenate(blocks), Y
 
     def batches(self, Y, batch_size):
         """``batches(rng)``: one epoch of minibatches of (X, Y), streamed chunk by chunk."""
-        X, starts = self.X, self.starts
+        X, starts, dtype = self.X, self.starts, self.dtype
 
         def epoch(rng):
             carry_x = carry_y = None
             for i in rng.permutation(len(X.chunks[0])):
                 if starts[i + 1] == starts[i]:
                     continue
-                xc = _finite_block(X.blocks[int(i)].compute(), starts[i])
+                xc = _finite_block(X.blocks[int(i)].compute(), starts[i], dtype)
                 yc = Y[starts[i] : starts[i + 1]]
                 order = rng.permutation(xc.shape[0])
                 xc, yc = xc[order], yc[order]
@@ -129,7 +142,7 @@ def training_rows(estimator, X, y, rng, reset=True, multi_output=False, y_numeri
     rows = np.arange(n) if n <= MAX_ROWS else np.sort(rng.choice(n, MAX_ROWS, replace=False))
     sample = np.asarray(X[rows].compute())
     sample = validate_data(estimator, sample, reset=reset, dtype=np.float64)
-    return DaskRows(X, sample, rows), y
+    return DaskRows(X, sample, rows, dtype=estimator.dtype), y
 
 
 def map_rows(func, X):

@@ -55,7 +55,7 @@ SHARED_DOCS = {
         about 1.7 times faster steps at M = 1024). The factorisation of K(Z, Z) starts
         from a relative jitter of at least float32's epsilon and falls back to float64
         where float32 fails; the likelihood terms are computed in float64 on numpy. The
-        fitted model is float64 either way. Dask input streams in float64 only.""",
+        fitted model is float64 either way. Dask input is converted chunk by chunk.""",
     "random_state": """random_state : int, RandomState instance or None, default=None
         Seeds the inducing initialisation and the minibatch order: the same value gives
         the same model.""",
