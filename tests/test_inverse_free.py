@@ -532,3 +532,23 @@ def test_training_loop_moves_the_inducing_inputs_at_the_basis_rate(monkeypatch):
     seen.clear()
     SparseGPRegressor(n_inducing=10, batch_size=100, max_iter=2, random_state=0).fit(X, y)
     assert seen and all(scales is None for scales in seen)
+
+
+def test_float32_refinement_stops_at_its_rounding_floor():
+    # An ill-conditioned float32 target: ||L^T A L - I||_F cannot fall to tol = 0, and
+    # the loop ends at the first step that does not lower it, with the better factor.
+    from sklearn.gaussian_process.kernels import RBF
+
+    Z = np.random.default_rng(0).normal(size=(256, 3))
+    target = RBF(3.0)(Z) + 1e-2 * np.eye(256)
+    bound = float(np.max(np.abs(target).sum(axis=1)))
+    start = np.eye(256) / np.sqrt(bound)
+    low32, norm32, steps32 = inverse_free.refine_inverse_factor(
+        start.astype(np.float32), target.astype(np.float32), 200, 0.0)
+    assert low32.dtype == np.float32 and steps32 < 200
+    # The norm it stopped at is the lowest of the path: one more step does not go lower.
+    _, norm_next, _ = inverse_free.refine_inverse_factor(low32, target.astype(np.float32), 1, 0.0)
+    assert norm32 <= norm_next
+    # float64 keeps its rule: every step allowed is taken.
+    _, _, steps64 = inverse_free.refine_inverse_factor(start, target, 30, 0.0)
+    assert steps64 == 30

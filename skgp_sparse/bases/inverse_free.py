@@ -424,17 +424,27 @@ def refine_inverse_factor(low, target, max_iter, tol):
 
 
 def _refine(low, target, max_iter, tol):
-    """:func:`refine_inverse_factor` that also returns E = L^T A L - I at the result."""
+    """:func:`refine_inverse_factor` that also returns E = L^T A L - I at the result.
+
+    In float32 ||E||_F meets a rounding floor that grows with m and cond(A) (measured on
+    diamonds' inducing inputs: 5e-6 to 1e-2 for m = 128 to 1024) and can lie above
+    ``tol``: there a step that does not lower it ends the loop, with the better factor,
+    instead of spending every remaining step on rounding.
+    """
     e = residual(low, target)
     norm = _frobenius(e)
     n_steps = 0
+    at_rounding_floor = target.dtype == be.namespace(target).float32
     while norm >= tol and n_steps < max_iter:
-        low, _ = factor_step(low, e, 1.0)
+        new_low, _ = factor_step(low, e, 1.0)
         n_steps += 1
-        e = residual(low, target)
-        norm = _frobenius(e)
-        if not np.isfinite(norm):
+        new_e = residual(new_low, target)
+        new_norm = _frobenius(new_e)
+        if not np.isfinite(new_norm):
             raise CholeskyError("the factor step of T produced non-finite values")
+        if at_rounding_floor and new_norm >= norm:
+            break
+        low, e, norm = new_low, new_e, new_norm
     return low, e, norm, n_steps
 
 
