@@ -6,7 +6,8 @@ batch} must give the float64 fit within the float32 tolerances of tests/_fit_che
 and hand back a float64 numpy model. The training steps must really run in float32: an
 instrumented fit finds no float64 matrix in the package's training code, where one
 float64 operand would silently promote every product after it (and lose the float32
-speed, about 1.7x at M = 1024: docs/benchmarks.md).
+speed: float32 steps take about 0.56 of the float64 time at M = 1024,
+docs/benchmarks.md).
 """
 
 import sys
