@@ -58,6 +58,7 @@ __all__ = [
     "to_numpy",
     "widest_float",
     "working_float",
+    "shape_of",
     "cholesky",
     "jittered_cholesky",
     "solve_triangular",
@@ -177,6 +178,12 @@ def device_of(a):
     if isinstance(a, np.ndarray):
         return "cpu"
     return _compat().device(a)
+
+
+def shape_of(a):
+    """The shape of ``a`` as a tuple: an array of any supported library, or an
+    array-like (a list) as numpy reads it."""
+    return tuple(a.shape) if is_foreign(a) else np.shape(a)
 
 
 def to_numpy(a):

@@ -190,8 +190,8 @@ def test_training_runs_in_float32(kind, basis, batch_size):
     assert _float64_matrices_in_training(lambda: fc.fit(model, X, y, False))
 
 
-def test_classes_are_unchanged():
-    # The estimators' classes and the float32 models' outputs: float64 arrays, as GPR's.
+def test_float32_models_predict_in_float64():
+    # A float32 fit hands back a float64 model: its outputs are float64 arrays, as GPR's.
     X, y = fc.data(n=60)
     regressor = fc.fit(SparseGPRegressor(n_inducing=8, max_iter=2, random_state=0, dtype="float32"), X, y, False)
     classifier = fc.fit(SparseGPClassifier(n_inducing=8, max_iter=2, random_state=0, dtype="float32"), X, y > 0, False)

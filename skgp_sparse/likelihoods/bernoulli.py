@@ -98,7 +98,7 @@ class BernoulliLikelihood:
         d_var : array of shape (n, 1)
         """
         xp = backend.input_namespace(y, mean, var)
-        shape = np.shape(mean) if xp is np else tuple(mean.shape)
+        shape = backend.shape_of(mean)
         y, mean, var, nodes, w = self._inputs(xp, y, mean, var)
         # p(y | f) = link(s f) with s = +1 for y = 1 and -1 for y = 0 (both links are
         # symmetric: 1 - link(f) = link(-f)).

@@ -183,7 +183,7 @@ class PoissonLikelihood:
         whose integrand is the most skewed.
         """
         xp = backend.input_namespace(y, mean, var)
-        shape = np.shape(mean) if xp is np else tuple(mean.shape)
+        shape = backend.shape_of(mean)
         y, mean, var = (xp.reshape(a, (-1, 1)) for a in self._inputs(xp, y, mean, var, reference=(mean, var)))
         eta = mean + self.log_offset
         # A floor keeps v = 0 (where the integrand is a point mass at the mean) finite;

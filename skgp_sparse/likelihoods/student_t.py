@@ -221,7 +221,7 @@ class StudentTLikelihood:
         d_var : array of shape (n, 1)
         """
         xp = backend.input_namespace(y, mean, var)
-        shape = np.shape(mean) if xp is np else tuple(mean.shape)
+        shape = backend.shape_of(mean)
         y, mean, var, nodes, w = self._inputs(xp, y, mean, var)
         var = xp.reshape(var, (-1, 1))
         resid = self._residuals(y, mean, var, nodes, xp)
