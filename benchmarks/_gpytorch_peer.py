@@ -177,7 +177,9 @@ def _build(X, y, Z0, likelihood, mode, seed, init_lengthscale, init_outputscale,
 
 
 def _train(X, y, Z0, likelihood, batch_size, n_epochs, mode, seed, threads,
-           init_lengthscale, init_outputscale, verbose, kernel="rbf", on_epoch=None):
+           init_lengthscale, init_outputscale, verbose, kernel="rbf", on_epoch=None, max_steps=None):
+    """Train for ``n_epochs`` epochs, or until ``max_steps`` minibatch steps if that comes first
+    (the last epoch is then a partial one; its ELBO is the mean over the steps it took)."""
     with _torch_env(threads):
         t0 = time.perf_counter()
         model, likelihood, step, N = _build(
@@ -186,13 +188,20 @@ def _train(X, y, Z0, likelihood, batch_size, n_epochs, mode, seed, threads,
         gen = torch.Generator().manual_seed(seed)  # shuffling independent of init RNG
         per_epoch = []
         paused = 0.0  # seconds spent in on_epoch, not counted as training
+        steps = 0
         for epoch in range(n_epochs):
             perm = torch.randperm(N, generator=gen)
-            tot = 0.0
+            tot, seen = 0.0, 0
             for start in range(0, N, batch_size):
+                if max_steps is not None and steps >= max_steps:
+                    break
                 idx = perm[start:start + batch_size]
                 tot += step(idx) * idx.numel()  # elbo is per datum: weight by batch size
-            per_epoch.append(tot / N)
+                seen += idx.numel()
+                steps += 1
+            if seen == 0:
+                break
+            per_epoch.append(tot / seen)
             if on_epoch is not None:
                 t_pause = time.perf_counter()
                 model.eval()
@@ -204,6 +213,8 @@ def _train(X, y, Z0, likelihood, batch_size, n_epochs, mode, seed, threads,
             if verbose:
                 print(f"  [{mode}] epoch {epoch + 1}/{n_epochs}  elbo/N {per_epoch[-1]:.4f}  "
                       f"{time.perf_counter() - t0:.1f}s", flush=True)
+            if max_steps is not None and steps >= max_steps:
+                break
         fit_seconds = time.perf_counter() - t0 - paused
     model.eval()
     likelihood.eval()
@@ -212,19 +223,21 @@ def _train(X, y, Z0, likelihood, batch_size, n_epochs, mode, seed, threads,
 
 def fit_gpytorch(X, y, Z0, batch_size, n_epochs, mode="adam", seed=0, threads=2,
                  init_lengthscale=1.0, init_outputscale=1.0, init_noise=1.0, verbose=False,
-                 kernel="rbf"):
+                 kernel="rbf", max_steps=None):
     """Train a GPyTorch SVGP regressor on float64 numpy data.
 
     Returns ``(model, likelihood, fit_seconds, per_epoch_elbo)``; ``fit_seconds``
     is the wall time of model construction plus all epochs, ``per_epoch_elbo``
     the per-datum minibatch ELBO averaged over each epoch (a noisy running
-    estimate, as logged by the tutorials, not a full-data ELBO).
+    estimate, as logged by the tutorials, not a full-data ELBO). ``kernel``:
+    ``"rbf"`` or ``"matern52"`` (ARD, times a scale); ``max_steps``: stop after
+    this many minibatch steps even within an epoch (None: whole epochs only).
     """
     with _torch_env(threads):
         lik = GaussianLikelihood()
         lik.noise = init_noise
     return _train(X, y, Z0, lik, batch_size, n_epochs, mode, seed, threads,
-                  init_lengthscale, init_outputscale, verbose, kernel)
+                  init_lengthscale, init_outputscale, verbose, kernel, max_steps=max_steps)
 
 
 def predict_gpytorch(model, likelihood, Xt, batch_size=4096, threads=2):
@@ -282,20 +295,21 @@ def time_gpytorch_step(X, y, Z0, batch_size, n_steps, mode="adam", n_warmup=3, s
 
 def fit_gpytorch_classifier(X, y, Z0, batch_size, n_epochs, mode="adam", seed=0, threads=2,
                             init_lengthscale=1.0, init_outputscale=1.0, verbose=False,
-                            on_epoch=None):
+                            on_epoch=None, kernel="rbf", max_steps=None):
     """Binary SVGP classifier (``BernoulliLikelihood``, probit link), same recipe as the regressor.
 
     ``y`` may hold any two labels; they are mapped to 0/1 in ``np.unique`` order and
     kept on ``model.classes_``.  Returns ``(model, likelihood, fit_seconds, per_epoch_elbo)``.
     ``on_epoch(model, likelihood, train_seconds)`` runs after every epoch in eval mode; its
-    own time is not counted.
+    own time is not counted. ``kernel`` and ``max_steps`` as in :func:`fit_gpytorch`.
     """
     classes, y01 = np.unique(np.asarray(y), return_inverse=True)
     if classes.size != 2:
         raise ValueError(f"binary classification needs exactly 2 classes, got {classes.size}")
     model, lik, secs, elbos = _train(
         X, y01.astype(np.float64), Z0, BernoulliLikelihood(), batch_size, n_epochs, mode,
-        seed, threads, init_lengthscale, init_outputscale, verbose, on_epoch=on_epoch,
+        seed, threads, init_lengthscale, init_outputscale, verbose, kernel=kernel, on_epoch=on_epoch,
+        max_steps=max_steps,
     )
     model.classes_ = classes
     return model, lik, secs, elbos

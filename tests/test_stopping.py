@@ -71,3 +71,67 @@ def test_does_not_fire_on_a_single_dip_inside_a_climb():
     assert feed(rule, values) is None
     # the dipping period is below the one before it
     assert rule.period_means[30] < rule.period_means[29]
+
+
+# --- the hyperparameters' gradient: a plateau is not an optimum ------------------------------
+def feed_with_gradients(rule, values, gradients):
+    for i, (value, gradient) in enumerate(zip(values, gradients)):
+        if rule.add(value, gradient=gradient) and rule.converged():
+            return i
+    return None
+
+
+def test_a_flat_elbo_with_a_steady_pull_on_a_hyperparameter_does_not_fire():
+    """A plateau: the ELBO is flat to within tol, but one coordinate of the gradient per row
+    has a mean of 0.5 standard deviations per step (a window of 150 steps puts it about six
+    standard errors from zero), 0.5 nats per row per unit, far steeper than tol: the rule
+    does not fire; without the pull it does."""
+    rng = np.random.default_rng(0)
+    n = 4 * 50 * 6
+    values = -1.0 + 1e-6 * rng.standard_normal(n)
+    noise = rng.standard_normal((n, 3))
+    pulled = noise + np.array([0.0, 0.5, 0.0])
+    assert feed_with_gradients(StoppingRule(1e-3, 3, 50, 50), values, pulled) is None
+    fired = feed_with_gradients(StoppingRule(1e-3, 3, 50, 50), values, noise)
+    assert fired is not None and fired < n // 2
+
+
+def test_a_steady_pull_flatter_than_tol_is_not_read():
+    """The length scale of an unused feature drifts towards its bound with a steady but
+    vanishing gradient: 1e-4 nats per row per unit, below tol, is no reason to go on."""
+    rng = np.random.default_rng(0)
+    n = 4 * 50 * 6
+    gradients = 1e-5 * rng.standard_normal((n, 2)) + np.array([1e-4, 0.0])
+    rule = StoppingRule(1e-3, 3, 50, 50)
+    assert feed_with_gradients(rule, np.full(n, -1.0), gradients) is not None
+    assert rule.gradient_snr() == 0.0
+
+
+def test_a_coordinate_held_on_its_bound_is_not_read():
+    """Zero gradient (a parameter on a bound) has no spread and no pull."""
+    rng = np.random.default_rng(1)
+    n = 600
+    gradients = np.column_stack([rng.standard_normal(n), np.zeros(n)])
+    rule = StoppingRule(1e-3, 3, 50, 50)
+    assert feed_with_gradients(rule, np.full(n, -1.0), gradients) is not None
+    assert rule.gradient_snr() < 4.0
+
+
+def test_the_gradient_is_not_read_when_max_gradient_snr_is_none():
+    """Full-batch steps: a deterministic gradient has no noise to measure a pull against."""
+    rule = StoppingRule(1e-3, 2, 1, 1, max_gradient_snr=None)
+    assert feed_with_gradients(rule, np.full(10, -1.0), np.ones((10, 2))) is not None
+    assert rule.gradient_snr() is None
+
+
+def test_the_reason_names_what_held_the_fit():
+    rule = StoppingRule(1e-3, 1, 10, 10)
+    assert "too few" in rule.reason_not_converged()
+    for i in range(20):
+        rule.add(-1.0, gradient=np.array([1.0 + 0.01 * (i % 2)]))
+    assert not rule.converged()
+    assert "gradient still pulled" in rule.reason_not_converged()
+    climbing = StoppingRule(1e-3, 1, 10, 10)
+    for i in range(20):
+        climbing.add(-1.0 + 0.1 * i)
+    assert "still rising" in climbing.reason_not_converged()

@@ -211,6 +211,16 @@ class InMemoryRows:
         rows = np.sort(rng.choice(self.n_rows, n_rows, replace=False))
         return self.X[rows], Y[rows]
 
+    def search_rows(self, Y, n_rows, rng):
+        """At most ``n_rows`` random rows of (X, Y) as float64 numpy arrays (``Y`` is the
+        host target array), for the exact search that starts a fit: all of them when there
+        are no more."""
+        n_sample = self.sample.shape[0]
+        if n_rows >= n_sample:
+            return self.sample, Y
+        rows = np.sort(rng.choice(n_sample, n_rows, replace=False))
+        return self.sample[rows], Y[rows]
+
 
 class DeviceRows(InMemoryRows):
     """Training rows held as one array of another Array API library (torch, CuPy,

@@ -86,6 +86,14 @@ class DaskRows:
         reads the mean of each period's minibatch estimates instead)."""
         return None
 
+    def search_rows(self, Y, n_rows, rng):
+        """At most ``n_rows`` rows of the sample with their targets (``Y`` is in memory),
+        for the exact search that starts a fit."""
+        take = np.arange(self.sample.shape[0])
+        if n_rows < take.size:
+            take = np.sort(rng.choice(take.size, n_rows, replace=False))
+        return self.sample[take], Y[self.sample_rows[take]]
+
     def all_rows(self, Y):
         """(X, Y), every row in order, as numpy (a full-batch fit holds them all anyway)."""
         blocks = [_finite_block(self.X.blocks[i].compute(), self.starts[i], self.dtype)

@@ -20,12 +20,16 @@ SHARED_DOCS = {
         (measured in docs/bases/orth_decoupled.md). The columns are drawn from
         ``random_state``. Other bases ignore it.""",
     "max_iter": """max_iter : int, default=100
-        Maximum number of epochs (passes over the data).""",
+        Maximum number of epochs (passes over the data) of a minibatch fit, and of
+        L-BFGS-B iterations of a full-batch search of the collapsed bound. A fit that
+        reaches it has ``converged_`` False and says so in a ConvergenceWarning.""",
     "tol": """tol : float, default=1e-3
         Minibatch fits stop when the mean ELBO per row of the last ``n_iter_no_change``
         periods of 50 steps (one epoch if shorter) is above that of the periods before
-        them by less than ``tol`` nats per epoch, an epoch counting at most 100 steps
-        (see the user guide, "How the fit moves").""",
+        them by less than ``tol`` nats per epoch, an epoch counting at most 100 steps, and
+        no hyperparameter's minibatch gradient pulls it one way (more than 4 standard
+        errors from zero and steeper than ``tol`` nats per row per unit of its log) (see
+        the user guide, "How the fit moves").""",
     "variational_optimizer": """variational_optimizer : {"natural", "adam"}, default="natural"
         How q(u) is moved: by natural-gradient steps (see ``natural_step_size``), or by
         Adam at ``learning_rate`` together with the other parameters, as the papers' own

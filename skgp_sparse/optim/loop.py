@@ -160,7 +160,10 @@ def train(
                 total += result.elbo
                 count += 1
                 history.n_steps += 1
-                if not warming_up and stopping.add(result.elbo / model.rows_counted, monitor) and stopping.converged():
+                closed = not warming_up and stopping.add(
+                    result.elbo / model.rows_counted, monitor, hyperparameter_gradient(model, result.grads)
+                )
+                if closed and stopping.converged():
                     history.converged = True
                     break
             epoch_open = False
@@ -180,6 +183,31 @@ def train(
                 history.elbo.append(total / count)
             break
     return history
+
+
+#: The parameters whose gradient the stopping rule reads for a steady pull (the inducing
+#: inputs and q(u) are not among them: thousands of coordinates, and q is moved by its
+#: own natural steps).
+HYPERPARAMETERS = ("theta", "log_noise", "likelihood")
+
+
+def hyperparameter_gradient(model, grads):
+    """The minibatch gradient per row of the hyperparameters as one numpy vector, zero
+    where a parameter rests on a bound (its gradient pushes into the bound for good); None
+    when the model learns none."""
+    params, bounds = model.adam_params(), model.adam_bounds()
+    parts = []
+    for name in HYPERPARAMETERS:
+        if name not in params or name not in grads:
+            continue
+        gradient = np.ravel(backend.to_numpy(grads[name])).astype(np.float64)
+        value = np.ravel(backend.to_numpy(params[name]))
+        if name in bounds:
+            low, high = (np.broadcast_to(np.asarray(b, dtype=np.float64), np.shape(params[name])).ravel()
+                         for b in bounds[name])
+            gradient = np.where((value > low) & (value < high), gradient, 0.0)
+        parts.append(gradient)
+    return np.concatenate(parts) / model.rows_counted if parts else None
 
 
 def _close_epoch(model, history, epoch_elbo, verbose, start, callback):

@@ -1,6 +1,19 @@
-"""When a minibatch fit stops: the ELBO's trend over windows of steps, not one epoch's dip."""
+"""When a minibatch fit stops: the ELBO's trend over windows of steps, not one epoch's dip,
+and no steady pull on the hyperparameters."""
 
 import numpy as np
+
+#: The hyperparameters have settled when no coordinate of their minibatch gradient pulls
+#: one way: a mean over the last window of more than this many standard errors from zero,
+#: and steeper than ``tol`` nats per row per unit of the log-parameter (a steady pull that
+#: steep is a rise of more than ``tol`` per row still to be had). Where Adam wanders about
+#: an optimum its steps average out, so does the gradient that drives them, and each
+#: coordinate's ratio is of order one; on a plateau the gradient pulls one way (it is why
+#: the parameters move), and over a window of hundreds of steps its mean stands out of the
+#: noise however slowly the ELBO rises. The slope keeps out the length scale of a feature
+#: the data do not use, which drifts towards its bound for ever with a steady but vanishing
+#: gradient (measured on KEEL ring, 20 features: 5.6 standard errors, 100 epochs).
+MAX_GRADIENT_SNR = 4.0
 
 
 class StoppingRule:
@@ -26,29 +39,44 @@ class StoppingRule:
         Steps over which a rise is compared with ``tol`` (the estimators use one epoch,
         but no more than 100 steps: on large data the hyperparameters settle within a
         fraction of an epoch, and a rise per epoch would keep them going for epochs).
+    max_gradient_snr : float or None
+        When steps report the gradient of the hyperparameters (see :meth:`add`), the fit
+        has also converged only when no coordinate's mean over the last window is both
+        more than this many standard errors from zero and larger than ``tol`` (see
+        :data:`MAX_GRADIENT_SNR`). None:
+        the gradient is not read (full-batch steps: their gradient has no noise to
+        measure against, and their ELBO no noise to hide a rise).
 
     Attributes
     ----------
     period_means : list of float
         ELBO per row of each completed period (see :meth:`add`).
+    period_gradients : list of tuple
+        ``(sum, sum of squares, steps)`` of the hyperparameter gradient over each completed
+        period (empty when steps report none).
     """
 
-    def __init__(self, tol, window, period_steps, span_steps):
+    def __init__(self, tol, window, period_steps, span_steps, max_gradient_snr=MAX_GRADIENT_SNR):
         self.tol = float(tol)
         self.window = int(window)
         self.period_steps = max(int(period_steps), 1)
         self.spans_per_period = self.period_steps / max(float(span_steps), 1.0)
+        self.max_gradient_snr = None if max_gradient_snr is None else float(max_gradient_snr)
         self.period_means = []
+        self.period_gradients = []
         self._total = 0.0
         self._count = 0
+        self._gradient_sums = None
 
-    def add(self, elbo_per_row, monitor=None):
-        """Record one step's ELBO estimate per row.
+    def add(self, elbo_per_row, monitor=None, gradient=None):
+        """Record one step's ELBO estimate per row (and its hyperparameter gradient).
 
         ``monitor``, if given, is called when the step closes a period and its value (the
         ELBO per row on a fixed set of rows, at the current parameters) stands for the
         period instead of the mean of its minibatch estimates: it moves only as the
-        parameters do, not with the draw of the minibatches.
+        parameters do, not with the draw of the minibatches. ``gradient``, if given, is
+        the step's minibatch gradient per row of the hyperparameters as one vector (zero
+        where a parameter rests on a bound): see :meth:`gradient_snr`.
 
         Returns
         -------
@@ -57,10 +85,21 @@ class StoppingRule:
         """
         self._total += elbo_per_row
         self._count += 1
+        if gradient is not None and self.max_gradient_snr is not None:
+            g = np.asarray(gradient, dtype=np.float64)
+            if self._gradient_sums is None:
+                self._gradient_sums = [np.zeros_like(g), np.zeros_like(g), 0]
+            sums = self._gradient_sums
+            sums[0] += g
+            sums[1] += g * g
+            sums[2] += 1
         if self._count < self.period_steps:
             return False
         self.period_means.append(self._total / self._count if monitor is None else monitor())
         self._total, self._count = 0.0, 0
+        if self._gradient_sums is not None:
+            self.period_gradients.append(tuple(self._gradient_sums))
+            self._gradient_sums = None
         return True
 
     def rise_per_span(self):
@@ -71,6 +110,45 @@ class StoppingRule:
         means = np.asarray(self.period_means[-2 * w :])
         return (means[w:].mean() - means[:w].mean()) / (w * self.spans_per_period)
 
+    def _gradient_window(self):
+        """Mean and standard error of each gradient coordinate over the last window
+        (None when steps reported no gradient)."""
+        periods = self.period_gradients[-self.window :]
+        n = sum(p[2] for p in periods)
+        if n < 2:
+            return None
+        mean = sum(p[0] for p in periods) / n
+        variance = np.maximum(sum(p[1] for p in periods) / n - mean * mean, 0.0) * n / (n - 1)
+        return mean, np.sqrt(variance / n)
+
+    def gradient_snr(self):
+        """Largest |mean| / standard error, over the coordinates of the hyperparameter
+        gradient steeper than ``tol``, in the last window of periods (0 when none is; None
+        when steps reported no gradient)."""
+        window = self._gradient_window()
+        if window is None:
+            return None
+        mean, error = window
+        # A coordinate that never moves (held on a bound: gradient zero) has no error either.
+        ratio = np.divide(np.abs(mean), error, out=np.zeros_like(mean), where=error > 0)
+        steep = np.abs(mean) > self.tol
+        return float(ratio[steep].max()) if np.any(steep) else 0.0
+
     def converged(self):
+        """Whether the ELBO has stopped rising by ``tol`` and (when steps report it) the
+        hyperparameter gradient no longer pulls one way."""
         rise = self.rise_per_span()
-        return rise is not None and rise < self.tol
+        if rise is None or not rise < self.tol:
+            return False
+        snr = self.gradient_snr()
+        return snr is None or snr < self.max_gradient_snr
+
+    def reason_not_converged(self):
+        """Why :meth:`converged` is False, in words for a ConvergenceWarning."""
+        rise = self.rise_per_span()
+        if rise is None:
+            return "the stopping rule had too few periods to judge"
+        if not rise < self.tol:
+            return f"the ELBO was still rising by {rise:.2g} nats per row per epoch (tol={self.tol})"
+        return (f"the ELBO had stopped rising but the hyperparameters' gradient still pulled one way "
+                f"({self.gradient_snr():.1f} standard errors from zero, more than {self.max_gradient_snr})")

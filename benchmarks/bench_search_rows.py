@@ -1,0 +1,89 @@
+"""How many rows the exact search that starts a minibatch fit should read.
+
+For each regression set named on the command line, the default ``SparseGPRegressor`` is
+fitted with the search reading ``--rows`` random rows (``_training.SEARCH_ROWS``), and once
+without the search (the stream alone, from the kernel's initial hyperparameters, as before
+the search existed). Reported per fit: seconds of the search and of the whole fit, epochs,
+``converged_``, test RMSE and NLPD. Every fit runs under ``threadpool_limits(--threads)``.
+
+    python benchmarks/bench_search_rows.py --sets diamonds weather storms ripples --rows 1024 2048 4096
+
+Results: ``benchmarks/results/search_rows.json`` and a Markdown table on stdout.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _data import gaussian_nlpd, load_regression, rmse  # noqa: E402
+
+from skgp_sparse import SparseGPRegressor  # noqa: E402
+from skgp_sparse._estimators import _base, _training  # noqa: E402
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "search_rows.json")
+
+
+def fit_once(X, y, Xt, yt, rows, seed):
+    """One default fit; ``rows`` None: without the search."""
+    timings = {"search": 0.0}
+    original_search, original_starts = _training.search_hyperparameters, _base.starts_with_search
+
+    def timed_search(*args, **kwargs):
+        start = time.perf_counter()
+        result = original_search(*args, **kwargs)
+        timings["search"] = time.perf_counter() - start
+        return result
+
+    _base.search_hyperparameters = timed_search
+    if rows is None:
+        _base.starts_with_search = lambda *args, **kwargs: False
+    else:
+        _training.SEARCH_ROWS = rows
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            start = time.perf_counter()
+            reg = SparseGPRegressor(random_state=seed).fit(X, y)
+            seconds = time.perf_counter() - start
+    finally:
+        _base.search_hyperparameters, _base.starts_with_search = original_search, original_starts
+    mean, std = reg.predict(Xt, return_std=True)
+    return dict(rows=rows, seconds=seconds, search_seconds=timings["search"], epochs=int(reg.n_iter_),
+                converged=bool(reg.converged_), rmse=float(rmse(yt, mean)), nlpd=float(gaussian_nlpd(yt, mean, std**2)))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sets", nargs="+", default=["diamonds", "weather", "storms", "ripples"])
+    parser.add_argument("--rows", nargs="+", type=int, default=[1024, 2048, 4096])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default=RESULTS)
+    args = parser.parse_args()
+    results = json.load(open(args.out)) if os.path.exists(args.out) else {}
+    print("| set | search rows | search s | fit s | epochs | converged | RMSE | NLPD |")
+    print("|---|---|---|---|---|---|---|---|")
+    with threadpool_limits(args.threads):
+        for name in args.sets:
+            X, Xt, y, yt = load_regression(name)
+            rows = results.setdefault(name, {"n_train": int(X.shape[0]), "fits": []})
+            rows["fits"] = []
+            for n_rows in [None] + list(args.rows):
+                r = fit_once(X, y, Xt, yt, n_rows, args.seed)
+                rows["fits"].append(r)
+                os.makedirs(os.path.dirname(args.out), exist_ok=True)
+                json.dump(results, open(args.out, "w"), indent=1)
+                label = "none" if n_rows is None else str(n_rows)
+                print(f"| {name} | {label} | {r['search_seconds']:.1f} | {r['seconds']:.1f} | {r['epochs']} | "
+                      f"{'yes' if r['converged'] else 'no'} | {r['rmse']:.4f} | {r['nlpd']:.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
