@@ -127,8 +127,8 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         return self._build_model(kernel, state, n_data)
 
     def _search_model(self, model, n_rows):
-        """The model of the exact search that starts a fresh fit: a copy of ``model`` over
-        ``n_rows`` rows on the coupled basis, its inducing inputs held at all of
+        """The model of the exact search that starts a fresh fit: a copy of ``model`` whose
+        data term counts ``n_rows`` rows, on the coupled basis, its inducing inputs held at all of
         ``model``'s (the orthogonal set too, where the basis has one), q(u) at the prior.
         On the coupled basis the bound with q(u) optimal is the collapsed bound under a
         Gaussian likelihood, whatever basis the fit then trains. The orthogonal set

