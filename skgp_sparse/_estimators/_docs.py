@@ -29,7 +29,9 @@ SHARED_DOCS = {
         them by less than ``tol`` nats per epoch, an epoch counting at most 100 steps, and
         no hyperparameter's minibatch gradient pulls it one way (more than 4 standard
         errors from zero and steeper than ``tol`` nats per row per unit of its log) (see
-        the user guide, "How the fit moves").""",
+        the user guide, "How the fit moves"). Full-batch searches of the collapsed bound
+        (and the exact search that starts a minibatch fit) stop when 20 L-BFGS-B
+        iterations raise the bound by less than ``tol`` nats per row.""",
     "variational_optimizer": """variational_optimizer : {"natural", "adam"}, default="natural"
         How q(u) is moved: by natural-gradient steps (see ``natural_step_size``), or by
         Adam at ``learning_rate`` together with the other parameters, as the papers' own

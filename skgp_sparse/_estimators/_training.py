@@ -179,7 +179,7 @@ def run_collapsed(estimator, model, rows, Y, rng, x_scale):
     optimizer = "fmin_l_bfgs_b" if estimator.optimizer is None else estimator.optimizer
     X, Y = rows.all_rows(Y)
     scales = {name: x_scale for name in model.basis.INDUCING_FIELDS}
-    settings = dict(scales=scales, verbose=estimator.verbose, max_iter=estimator.max_iter)
+    settings = dict(scales=scales, verbose=estimator.verbose, max_iter=estimator.max_iter, tol=estimator.tol)
     search = optimise_collapsed(model, X, Y, optimizer, estimator.n_restarts_optimizer, rng, **settings)
     history = History(elbo=list(search.run_elbos), n_epochs=search.n_iter, n_steps=search.n_evaluations,
                       converged=search.converged)
@@ -245,7 +245,7 @@ def search_hyperparameters(estimator, model, search_model, rows, Y, rng):
     optimizer = getattr(estimator, "optimizer", None) or "fmin_l_bfgs_b"
     n_restarts = getattr(estimator, "n_restarts_optimizer", 0)
     result = optimise_collapsed(search, X, Y, optimizer, n_restarts, rng, verbose=estimator.verbose > 1,
-                                max_iter=SEARCH_MAX_ITER, trust_region=True)
+                                max_iter=SEARCH_MAX_ITER, trust_region=True, tol=estimator.tol)
     model.set_adam_params({name: value for name, value in search.adam_params().items()
                            if name in HYPERPARAMETER_FIELDS})
     if estimator.jitter == "auto" and model.noise is not None:
