@@ -16,7 +16,7 @@ from sklearn.exceptions import ConvergenceWarning
 from ..linalg import FLOAT32_MIN_JITTER
 from ..optim import Adam, NaturalStepSchedule, train
 from ..optim.fullbatch import optimal_q, optimise_collapsed
-from ..optim.loop import History, settle_variational
+from ..optim.loop import HYPERPARAMETERS, History, settle_variational
 from ..optim.stopping import MAX_GRADIENT_SNR, StoppingRule
 from .. import backend
 from ._common import feature_scale, state_to
@@ -208,11 +208,6 @@ def run_collapsed(estimator, model, rows, Y, rng, x_scale):
 SEARCH_ROWS = 2048
 SEARCH_MAX_ITER = 200
 
-#: What the exact search hands to the fit: the kernel's log-hyperparameters, the log
-#: noise and the likelihood's parameters (the inducing inputs stay where they were).
-HYPERPARAMETER_FIELDS = ("theta", "log_noise", "likelihood")
-
-
 def starts_with_search(estimator, model, rows, streaming=False):
     """Whether a fresh fit starts with the exact search of :func:`search_hyperparameters`:
     it learns hyperparameters and is not itself a full-batch search of the collapsed bound
@@ -226,18 +221,22 @@ def search_hyperparameters(estimator, model, search_model, rows, Y, rng):
     """Set ``model``'s hyperparameters by a quasi-Newton search of an exact objective on
     at most :data:`SEARCH_ROWS` random rows, before any minibatch step.
 
+    Minibatch Adam steps on the hyperparameters move them by about the learning rate
+    times the gradient's signal-to-noise ratio per step, so a fit started far from their
+    optimum can crawl along a plateau for hundreds of epochs; the search jumps there in
+    seconds, and the stream then refines on every row.
+
     The objective is the bound with q(u) at its optimum for every hyperparameter (the
     collapsed bound under a Gaussian likelihood) on the coupled basis at the fit's
-    initial inducing inputs, which stay fixed, with the data term of those rows counted
-    as the estimate of all N rows' (each row N / rows times), as a minibatch step counts
-    it. Taken as a data set of its own, a subset asks for longer length scales than the
-    whole (less data, less detail), and the stream did not make up the difference
-    (measured, default regressor, 2,048 rows: nycflights13 weather test RMSE 0.219 as a
-    data set of its own, 0.206 counted as all rows; diamonds 0.0985 and 0.0981). Minibatch Adam steps on the hyperparameters move them by about the learning
-    rate times the gradient's signal-to-noise ratio per step, so a fit started far from
-    them can crawl along a plateau for hundreds of epochs; the search jumps there in
-    seconds, and the stream then refines on every row. ``search_model(n_rows)`` builds
-    the search's model (the estimator's ``_search_model``); ``optimizer`` and
+    initial inducing inputs, which stay fixed, with the data term of the rows counted as
+    the estimate of all N rows' (each row N / rows times), as a minibatch step counts it.
+    Taken as a data set of its own, a subset asks for longer length scales than the whole
+    (less data, less detail), and the stream did not make up the difference (measured,
+    default regressor, 2,048 rows: nycflights13 weather test RMSE 0.219 as a data set of
+    its own, 0.206 counted as all rows; diamonds 0.0985 and 0.0981).
+
+    ``search_model(model, n_rows)`` builds the search's model (the estimator's
+    ``_search_model``); ``Y`` is the host target array; ``optimizer`` and
     ``n_restarts_optimizer`` apply to the search as to a full-batch fit.
     """
     X, Y = rows.search_rows(Y, SEARCH_ROWS, rng)
@@ -246,8 +245,9 @@ def search_hyperparameters(estimator, model, search_model, rows, Y, rng):
     n_restarts = getattr(estimator, "n_restarts_optimizer", 0)
     result = optimise_collapsed(search, X, Y, optimizer, n_restarts, rng, verbose=estimator.verbose > 1,
                                 max_iter=SEARCH_MAX_ITER, trust_region=True, tol=estimator.tol)
+    # It hands over the hyperparameters alone: the inducing inputs stay where they were.
     model.set_adam_params({name: value for name, value in search.adam_params().items()
-                           if name in HYPERPARAMETER_FIELDS})
+                           if name in HYPERPARAMETERS})
     if estimator.jitter == "auto" and model.noise is not None:
         # The jitter follows the noise the search found (it was set for the initial noise).
         model.jitter = auto_jitter(model.kernel, model.state.inducing, model.noise.value)

@@ -185,9 +185,10 @@ def train(
     return history
 
 
-#: The parameters whose gradient the stopping rule reads for a steady pull (the inducing
-#: inputs and q(u) are not among them: thousands of coordinates, and q is moved by its
-#: own natural steps).
+#: The hyperparameters among the parameters Adam moves: those whose gradient the stopping
+#: rule reads for a steady pull (the inducing inputs and q(u) are not among them:
+#: thousands of coordinates, and q is moved by its own natural steps), and those the exact
+#: search that starts a fit hands to it.
 HYPERPARAMETERS = ("theta", "log_noise", "likelihood")
 
 
