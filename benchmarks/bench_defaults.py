@@ -171,6 +171,21 @@ def save(results, path):
     os.replace(tmp, path)
 
 
+
+def recorder(row, compare, results, path, label):
+    """``record(key, value)``: store one measurement in ``row``, recompute its comparison
+    with ``compare(row)``, rewrite the JSON (an interrupted run keeps what it measured) and
+    print the measurement without its curves under ``label``."""
+
+    def record(key, value):
+        row[key] = value
+        row["comparison"] = compare(row)
+        save(results, path)
+        brief = {k: v for k, v in value.items() if not k.endswith("curve")} if isinstance(value, dict) else value
+        print(f"{label} {key}: {brief}", flush=True)
+
+    return record
+
 def settle():
     """Let the previous library's worker threads park before a timed fit (they spin a while)."""
     time.sleep(0.5)
@@ -371,12 +386,7 @@ def run_regression(args, results, path):
             row["floor"] = floor
         section["rows"].append(row)
 
-        def record(key, value):
-            row[key] = value
-            row["comparison"] = regression_comparison(row)
-            save(results, path)
-            brief = {k: v for k, v in value.items() if not k.endswith("curve")}
-            print(f"[regression] {name} {key}: {brief}", flush=True)
+        record = recorder(row, regression_comparison, results, path, f"[regression] {name}")
 
         record("ours", fit_ours_regressor(X, Xt, y, yt, args))
         if not args.no_peer:
@@ -777,12 +787,7 @@ def run_sets(args, results, path):
             row["floor"] = floor
         section["rows"].append(row)
 
-        def record(key, value):
-            row[key] = value
-            row["comparison"] = sets_comparison(row)
-            save(results, path)
-            brief = {k: v for k, v in value.items() if not k.endswith("curve")} if isinstance(value, dict) else value
-            print(f"[sets] {name} {key}: {brief}", flush=True)
+        record = recorder(row, sets_comparison, results, path, f"[sets] {name}")
 
         try:
             default, est = fit_default(task, X, Xt, y, yt, args)
