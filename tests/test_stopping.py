@@ -11,10 +11,12 @@ import pytest
 from skgp_sparse.optim.stopping import StoppingRule
 
 
-def feed(rule, values):
-    """Feed per-step ELBO values; the index of the step at which the rule first fires (None if never)."""
-    for i, value in enumerate(values):
-        if rule.add(value) and rule.converged():
+def feed(rule, values, gradients=None):
+    """Feed per-step ELBO values (and hyperparameter gradients); the index of the step at
+    which the rule first fires (None if never)."""
+    gradients = [None] * len(values) if gradients is None else gradients
+    for i, (value, gradient) in enumerate(zip(values, gradients)):
+        if rule.add(value, gradient=gradient) and rule.converged():
             return i
     return None
 
@@ -74,13 +76,6 @@ def test_does_not_fire_on_a_single_dip_inside_a_climb():
 
 
 # --- the hyperparameters' gradient: a plateau is not an optimum ------------------------------
-def feed_with_gradients(rule, values, gradients):
-    for i, (value, gradient) in enumerate(zip(values, gradients)):
-        if rule.add(value, gradient=gradient) and rule.converged():
-            return i
-    return None
-
-
 def test_a_flat_elbo_with_a_steady_pull_on_a_hyperparameter_does_not_fire():
     """A plateau: the ELBO is flat to within tol, but one coordinate of the gradient per row
     has a mean of 0.5 standard deviations per step (a window of 150 steps puts it about six
@@ -91,8 +86,8 @@ def test_a_flat_elbo_with_a_steady_pull_on_a_hyperparameter_does_not_fire():
     values = -1.0 + 1e-6 * rng.standard_normal(n)
     noise = rng.standard_normal((n, 3))
     pulled = noise + np.array([0.0, 0.5, 0.0])
-    assert feed_with_gradients(StoppingRule(1e-3, 3, 50, 50), values, pulled) is None
-    fired = feed_with_gradients(StoppingRule(1e-3, 3, 50, 50), values, noise)
+    assert feed(StoppingRule(1e-3, 3, 50, 50), values, pulled) is None
+    fired = feed(StoppingRule(1e-3, 3, 50, 50), values, noise)
     assert fired is not None and fired < n // 2
 
 
@@ -103,7 +98,7 @@ def test_a_steady_pull_flatter_than_tol_is_not_read():
     n = 4 * 50 * 6
     gradients = 1e-5 * rng.standard_normal((n, 2)) + np.array([1e-4, 0.0])
     rule = StoppingRule(1e-3, 3, 50, 50)
-    assert feed_with_gradients(rule, np.full(n, -1.0), gradients) is not None
+    assert feed(rule, np.full(n, -1.0), gradients) is not None
     assert rule.gradient_snr() == 0.0
 
 
@@ -113,14 +108,14 @@ def test_a_coordinate_held_on_its_bound_is_not_read():
     n = 600
     gradients = np.column_stack([rng.standard_normal(n), np.zeros(n)])
     rule = StoppingRule(1e-3, 3, 50, 50)
-    assert feed_with_gradients(rule, np.full(n, -1.0), gradients) is not None
+    assert feed(rule, np.full(n, -1.0), gradients) is not None
     assert rule.gradient_snr() < 4.0
 
 
 def test_the_gradient_is_not_read_when_max_gradient_snr_is_none():
     """Full-batch steps: a deterministic gradient has no noise to measure a pull against."""
     rule = StoppingRule(1e-3, 2, 1, 1, max_gradient_snr=None)
-    assert feed_with_gradients(rule, np.full(10, -1.0), np.ones((10, 2))) is not None
+    assert feed(rule, np.full(10, -1.0), np.ones((10, 2))) is not None
     assert rule.gradient_snr() is None
 
 

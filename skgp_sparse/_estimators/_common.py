@@ -168,6 +168,14 @@ def generator_from(random_state):
     return np.random.default_rng(check_random_state(random_state).randint(np.iinfo(np.int32).max))
 
 
+def random_rows(n_total, n_rows, rng):
+    """``n_rows`` of ``n_total`` row indices drawn without replacement, in order; None when
+    ``n_rows`` covers them all (take every row, draw nothing)."""
+    if n_rows >= n_total:
+        return None
+    return np.sort(rng.choice(n_total, n_rows, replace=False))
+
+
 class InMemoryRows:
     """Training rows held as one numpy array (the Dask counterpart is ``_dask.DaskRows``).
 
@@ -206,20 +214,15 @@ class InMemoryRows:
 
     def monitor_rows(self, Y, n_rows, rng):
         """A fixed random sample of at most ``n_rows`` rows of (X, Y), for the stopping rule."""
-        if n_rows >= self.n_rows:
-            return self.X, Y
-        rows = np.sort(rng.choice(self.n_rows, n_rows, replace=False))
-        return self.X[rows], Y[rows]
+        rows = random_rows(self.n_rows, n_rows, rng)
+        return (self.X, Y) if rows is None else (self.X[rows], Y[rows])
 
     def search_rows(self, Y, n_rows, rng):
         """At most ``n_rows`` random rows of (X, Y) as float64 numpy arrays (``Y`` is the
         host target array), for the exact search that starts a fit: all of them when there
         are no more."""
-        n_sample = self.sample.shape[0]
-        if n_rows >= n_sample:
-            return self.sample, Y
-        rows = np.sort(rng.choice(n_sample, n_rows, replace=False))
-        return self.sample[rows], Y[rows]
+        rows = random_rows(self.sample.shape[0], n_rows, rng)
+        return (self.sample, Y) if rows is None else (self.sample[rows], Y[rows])
 
 
 class DeviceRows(InMemoryRows):
@@ -264,9 +267,9 @@ class DeviceRows(InMemoryRows):
         return batches
 
     def monitor_rows(self, Y, n_rows, rng):
-        if n_rows >= self.n_rows:
+        rows = random_rows(self.n_rows, n_rows, rng)
+        if rows is None:
             return self.X, Y
-        rows = np.sort(rng.choice(self.n_rows, n_rows, replace=False))
         rows = backend.to_namespace(rows, self.xp, device=self.device)
         return self._take(self.X, rows), self._take(Y, rows)
 

@@ -21,6 +21,7 @@ from sklearn.utils import check_array
 from sklearn.utils.validation import column_or_1d, validate_data
 
 from ..inducing import MAX_ROWS
+from ._common import random_rows
 
 
 def _as_dask_matrix(X, name="X"):
@@ -89,9 +90,9 @@ class DaskRows:
     def search_rows(self, Y, n_rows, rng):
         """At most ``n_rows`` rows of the sample with their targets (``Y`` is in memory),
         for the exact search that starts a fit."""
-        take = np.arange(self.sample.shape[0])
-        if n_rows < take.size:
-            take = np.sort(rng.choice(take.size, n_rows, replace=False))
+        take = random_rows(self.sample.shape[0], n_rows, rng)
+        if take is None:
+            return self.sample, Y[self.sample_rows]
         return self.sample[take], Y[self.sample_rows[take]]
 
     def all_rows(self, Y):
@@ -147,7 +148,8 @@ def training_rows(estimator, X, y, rng, reset=True, multi_output=False, y_numeri
         raise ValueError(f"Found input variables with inconsistent numbers of samples: [{n}, {y.shape[0]}]")
     if n == 0:
         raise ValueError("Found array with 0 sample(s) (shape=(0, ...)) while a minimum of 1 is required.")
-    rows = np.arange(n) if n <= MAX_ROWS else np.sort(rng.choice(n, MAX_ROWS, replace=False))
+    rows = random_rows(n, MAX_ROWS, rng)
+    rows = np.arange(n) if rows is None else rows
     sample = np.asarray(X[rows].compute())
     sample = validate_data(estimator, sample, reset=reset, dtype=np.float64)
     return DaskRows(X, sample, rows, dtype=estimator.dtype), y

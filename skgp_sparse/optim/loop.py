@@ -147,10 +147,11 @@ def train(
                 _check_finite(result, history.n_epochs + 1)
                 new_state, _ = schedule.apply(lambda size: model.natural_step(result, size))
                 warming_up = history.n_steps - steps_before < warmup_steps
-                new_params = None if warming_up else adam.step(
-                    model.adam_params(), result.grads, model.adam_bounds(),
-                    rate_scales=model.adam_rate_scales(schedule.t - 1),
-                )
+                new_params = bounds = None
+                if not warming_up:
+                    bounds = model.adam_bounds()
+                    new_params = adam.step(model.adam_params(), result.grads, bounds,
+                                           rate_scales=model.adam_rate_scales(schedule.t - 1))
                 # The commit: two stores that must happen together (undone if interrupted).
                 snapshot = _snapshot(model)
                 model.state = new_state
@@ -160,9 +161,12 @@ def train(
                 total += result.elbo
                 count += 1
                 history.n_steps += 1
-                closed = not warming_up and stopping.add(
-                    result.elbo / model.rows_counted, monitor, hyperparameter_gradient(model, result.grads)
-                )
+                closed = False
+                if not warming_up:
+                    gradient = None
+                    if stopping.reads_gradient:
+                        gradient = hyperparameter_gradient(new_params, bounds, result.grads, model.rows_counted)
+                    closed = stopping.add(result.elbo / model.rows_counted, monitor, gradient)
                 if closed and stopping.converged():
                     history.converged = True
                     break
@@ -192,11 +196,14 @@ def train(
 HYPERPARAMETERS = ("theta", "log_noise", "likelihood")
 
 
-def hyperparameter_gradient(model, grads):
+def hyperparameter_gradient(params, bounds, grads, rows_counted):
     """The minibatch gradient per row of the hyperparameters as one numpy vector, zero
     where a parameter rests on a bound (its gradient pushes into the bound for good); None
-    when the model learns none."""
-    params, bounds = model.adam_params(), model.adam_bounds()
+    when the model learns none.
+
+    ``params`` and ``bounds`` are those of the step's Adam update (its new values and the
+    bounds it clipped them to), ``grads`` the step's gradients, ``rows_counted`` the
+    model's rows (:attr:`~skgp_sparse.elbo.VariationalModel.rows_counted`)."""
     parts = []
     for name in HYPERPARAMETERS:
         if name not in params or name not in grads:
@@ -208,7 +215,7 @@ def hyperparameter_gradient(model, grads):
                          for b in bounds[name])
             gradient = np.where((value > low) & (value < high), gradient, 0.0)
         parts.append(gradient)
-    return np.concatenate(parts) / model.rows_counted if parts else None
+    return np.concatenate(parts) / rows_counted if parts else None
 
 
 def _close_epoch(model, history, epoch_elbo, verbose, start, callback):

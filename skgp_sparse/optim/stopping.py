@@ -68,6 +68,12 @@ class StoppingRule:
         self._count = 0
         self._gradient_sums = None
 
+    @property
+    def reads_gradient(self):
+        """Whether :meth:`add` uses a step's hyperparameter gradient (so that a caller
+        need not compute one for a rule that would drop it)."""
+        return self.max_gradient_snr is not None
+
     def add(self, elbo_per_row, monitor=None, gradient=None):
         """Record one step's ELBO estimate per row (and its hyperparameter gradient).
 
@@ -85,7 +91,7 @@ class StoppingRule:
         """
         self._total += elbo_per_row
         self._count += 1
-        if gradient is not None and self.max_gradient_snr is not None:
+        if gradient is not None and self.reads_gradient:
             g = np.asarray(gradient, dtype=np.float64)
             if self._gradient_sums is None:
                 self._gradient_sums = [np.zeros_like(g), np.zeros_like(g), 0]
