@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _data import gaussian_nlpd, load_regression, rmse  # noqa: E402
 
 from skgp_sparse import SparseGPRegressor  # noqa: E402
-from skgp_sparse._estimators import _base, _training  # noqa: E402
+from skgp_sparse._estimators import _fit, _training  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "search_rows.json")
 
@@ -33,7 +33,7 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "s
 def fit_once(X, y, Xt, yt, rows, seed):
     """One default fit; ``rows`` None: without the search."""
     timings = {"search": 0.0}
-    original_search, original_starts = _training.search_hyperparameters, _base.starts_with_search
+    original_search, original_starts = _training.search_hyperparameters, _fit.starts_with_search
 
     def timed_search(*args, **kwargs):
         start = time.perf_counter()
@@ -41,9 +41,9 @@ def fit_once(X, y, Xt, yt, rows, seed):
         timings["search"] = time.perf_counter() - start
         return result
 
-    _base.search_hyperparameters = timed_search
+    _fit.search_hyperparameters = timed_search
     if rows is None:
-        _base.starts_with_search = lambda *args, **kwargs: False
+        _fit.starts_with_search = lambda *args, **kwargs: False
     else:
         _training.SEARCH_ROWS = rows
     try:
@@ -53,7 +53,7 @@ def fit_once(X, y, Xt, yt, rows, seed):
             reg = SparseGPRegressor(random_state=seed).fit(X, y)
             seconds = time.perf_counter() - start
     finally:
-        _base.search_hyperparameters, _base.starts_with_search = original_search, original_starts
+        _fit.search_hyperparameters, _fit.starts_with_search = original_search, original_starts
     mean, std = reg.predict(Xt, return_std=True)
     return dict(rows=rows, seconds=seconds, search_seconds=timings["search"], epochs=int(reg.n_iter_),
                 converged=bool(reg.converged_), rmse=float(rmse(yt, mean)), nlpd=float(gaussian_nlpd(yt, mean, std**2)))

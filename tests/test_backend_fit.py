@@ -57,10 +57,10 @@ def lib(request):
 
 def _spy_on_minibatches(monkeypatch, describe):
     """Record ``describe(X_batch, Y_batch)`` of every minibatch a device fit draws."""
-    from skgp_sparse._estimators import _common
+    from skgp_sparse._estimators import _rows
 
     seen = []
-    original = _common.DeviceRows.batches
+    original = _rows.DeviceRows.batches
 
     def spy(self, Y, batch_size):
         source = original(self, Y, batch_size)
@@ -72,7 +72,7 @@ def _spy_on_minibatches(monkeypatch, describe):
 
         return batches
 
-    monkeypatch.setattr(_common.DeviceRows, "batches", spy)
+    monkeypatch.setattr(_rows.DeviceRows, "batches", spy)
     return seen
 
 
@@ -203,7 +203,7 @@ def test_partial_fit_and_warm_start_on_the_device(lib):
 
 def test_same_minibatch_order(lib):
     """The rows of every minibatch on the device are those of the numpy fit, in order."""
-    from skgp_sparse._estimators._common import DeviceRows, InMemoryRows
+    from skgp_sparse._estimators._rows import DeviceRows, InMemoryRows
 
     X, y = fc.data(n=50)
     Y = y[:, None]

@@ -14,7 +14,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, Ration
 from threadpoolctl import threadpool_limits
 
 from skgp_sparse import SparseGPClassifier, SparseGPRegressor
-from skgp_sparse._estimators import _base, _training
+from skgp_sparse._estimators import _fit, _training
 from skgp_sparse.linalg import JitterWarning
 
 
@@ -261,6 +261,36 @@ def test_optimizer_none_keeps_kernel_and_noise(batch_size):
     assert np.isfinite(reg.log_marginal_likelihood_value_)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_the_classifiers_search_takes_the_optimizer_and_its_restarts():
+    """As GaussianProcessClassifier: a callable optimizer runs the exact search that starts
+    the fit, from the kernel's theta first and then once per restart, and the model it
+    hands to the stream is the best run's; optimizer=None keeps the kernel."""
+    X, y = two_features(200)
+    kernel = ConstantKernel(1.0) * RBF([1.0, 1.0])
+    calls = []
+
+    def minimize(obj_func, initial_theta, bounds):
+        result = scipy.optimize.minimize(obj_func, initial_theta, jac=True, method="L-BFGS-B", bounds=bounds)
+        calls.append((initial_theta.copy(), result.x, result.fun))
+        return result.x, result.fun
+
+    def classifier(**params):
+        return SparseGPClassifier(kernel, n_inducing=10, batch_size=50, max_iter=1, random_state=0, **params)
+
+    searched = classifier(optimizer=minimize, n_restarts_optimizer=2).fit(X, y > 0)
+    assert len(calls) == 3
+    np.testing.assert_allclose(calls[0][0], kernel.theta)
+    assert not np.allclose(calls[1][0], kernel.theta)
+    # One epoch of Adam at learning rate 0.02 moves theta from the best run's by little.
+    best = min(calls, key=lambda call: call[2])[1]
+    np.testing.assert_allclose(searched.kernel_.theta, best, atol=0.2)
+    assert np.max(np.abs(searched.kernel_.theta - kernel.theta)) > 0.5
+
+    kept = classifier(optimizer=None).fit(X, y > 0)
+    np.testing.assert_array_equal(kept.kernel_.theta, kernel.theta)
+
+
 # --- 4./5. minibatch fits: the full-batch optimum, q settled exactly --------------------------
 def badly_scaled_start():
     rng = np.random.default_rng(0)
@@ -329,7 +359,7 @@ def test_tol_zero_does_not_stop_a_fit_that_is_still_climbing(monkeypatch):
     """From a badly scaled start, without the exact search that would jump past it, the ELBO
     climbs for the whole of 40 epochs: with tol=0 the fit runs to max_iter (the rule can
     first fire after about a dozen epochs)."""
-    monkeypatch.setattr(_base, "starts_with_search", lambda *args, **kwargs: False)
+    monkeypatch.setattr(_fit, "starts_with_search", lambda *args, **kwargs: False)
     X, y, kernel = badly_scaled_start()
     with pytest.warns(ConvergenceWarning, match="max_iter"):
         reg = SparseGPRegressor(kernel, n_inducing=20, batch_size=50, max_iter=40, tol=0, random_state=0).fit(X, y)
@@ -347,7 +377,7 @@ def test_a_slow_climb_with_a_steady_pull_is_not_taken_for_the_optimum(monkeypatc
     goes on to epoch 60 and ends 0.016 higher (measured over three seeds: 0.0145 to 0.0165,
     first check at epoch 7 every time). Fails on the ELBO-only rule: the two fits are then
     the same."""
-    monkeypatch.setattr(_base, "starts_with_search", lambda *args, **kwargs: False)
+    monkeypatch.setattr(_fit, "starts_with_search", lambda *args, **kwargs: False)
     rng = np.random.default_rng(1)
     X = rng.uniform(-3, 3, (300, 1))
     y = np.sin(2 * X[:, 0]) + 0.2 * rng.standard_normal(300)

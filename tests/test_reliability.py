@@ -244,9 +244,9 @@ class ThreadRecordingRegressor(SparseGPRegressor):
 def test_ctrl_c_during_the_exact_search_is_raised_and_fits_nothing(monkeypatch):
     """Before the first step there is no model to keep: an interrupt in the search that
     starts a fit is the user's, raised again, and the estimator stays unfitted."""
-    from skgp_sparse._estimators import _base, _training
+    from skgp_sparse._estimators import _fit, _training
 
-    monkeypatch.setattr(_base, "starts_with_search", _training.starts_with_search)
+    monkeypatch.setattr(_fit, "starts_with_search", _training.starts_with_search)
     interrupt_on_call(monkeypatch, VariationalModel, "evaluate", 3)
     X, y, _ = data()
     est = regressor(batch_size=100)

@@ -33,30 +33,20 @@ from ._common import (
     check_n_data,
     check_sample_weight,
     device_rows_for_prediction,
-    device_training_rows,
     dispatch_namespace,
     feature_scale,
-    fit_device,
     generator_from,
     initial_inducing_points,
     latent_in_chunks,
     latent_on_device,
     latent_white_noise,
-    record_fit,
     resolve_kernel,
-    state_to,
-    training_rows,
 )
+from ._fit import run_fit, run_partial_fit
 from ._objective import BoundMethods
-from ._training import (
-    StreamState,
-    make_optimisers,
-    run_partial_pass,
-    run_training,
-    search_hyperparameters,
-    starting_jitter,
-    starts_with_search,
-)
+from ._rows import training_rows
+from ._settings import FitSettings
+from ._training import starting_jitter
 
 
 class SparseGPBase(BoundMethods, BaseEstimator):
@@ -79,15 +69,12 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         return VariationalModel(
             BASES[basis or self.basis], kernel, likelihood, state, n_data, noise=noise,
             learn_inducing=learn_inducing,
-            jitter=starting_jitter(self, kernel, state.inducing, None if noise is None else noise.value),
+            jitter=starting_jitter(self.jitter, kernel, state.inducing, None if noise is None else noise.value),
             natural=self.variational_optimizer == "natural",
             latent_noise=latent_white_noise(kernel) if self._latent_noise_from_white() else None,
-            learn_hyperparameters=self._learns_hyperparameters(),
+            # optimizer=None (GPR's meaning): the kernel and likelihood stay as given.
+            learn_hyperparameters=self.optimizer is not None,
         )
-
-    def _learns_hyperparameters(self):
-        """Whether training moves the kernel and likelihood hyperparameters."""
-        return True
 
     def _fitted_model(self, n_data):
         """The fitted parameters as a :class:`VariationalModel` over ``n_data`` rows."""
@@ -115,7 +102,7 @@ class SparseGPBase(BoundMethods, BaseEstimator):
                 UserWarning,
                 stacklevel=5,
             )
-        Z = initial_inducing_points(self, sample, kernel, rng)
+        Z = initial_inducing_points(self.inducing_init, self.n_inducing, self.n_orthogonal, sample, kernel, rng)
         n_outputs, n_covariances = self._latent_shape()
         # With fewer distinct rows than points asked for (clipped, with a warning), the
         # orthogonal set gives way first: the first set needs at least one point.
@@ -163,13 +150,10 @@ class SparseGPBase(BoundMethods, BaseEstimator):
 
     # --- fitting --------------------------------------------------------------------
     def _fit(self, X, y, sample_weight):
-        check_basis_options(self.basis, self.n_orthogonal)
+        settings = FitSettings.from_estimator(self)
+        check_basis_options(settings.basis, settings.n_orthogonal)
         rng = generator_from(self.random_state)
-        where = fit_device(self, X)
-        if where is None:
-            rows, y = training_rows(self, X, y, rng, **self._data_checks)
-        else:
-            rows, y = device_training_rows(self, X, y, where, **self._data_checks)
+        rows, y = training_rows(self, X, y, rng, **self._data_checks)
         weights = check_sample_weight(sample_weight, rows.n_rows)
         warm = self.warm_start and hasattr(self, "variational_state_")
         Y = self._fit_targets(y, weights, warm)
@@ -178,18 +162,67 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         else:
             model = self._initial_model(rows.sample, rows.n_rows, rng, rows.sample_weights(weights))
         model.layout, Y = self._layout(Y, weights, self._known_noise(rows.n_rows))
-        if not warm and starts_with_search(self, model, rows):
-            search_hyperparameters(self, model, self._search_model, rows, Y, rng)
-        model, Y = self._to_device(model, Y, rows)
-        steps_done = self.n_steps_ if warm else 0
         x_scale = feature_scale(rows.sample, rows.sample_weights(weights))
-        history, schedule, bound = run_training(self, model, rows, Y, rng, steps_done=steps_done, x_scale=x_scale)
-        self._record_targets(model)
-        record_fit(self, model, history, schedule, steps_done, bound=bound)
+        result = run_fit(settings, model, rows, Y, rng, x_scale, search_model=None if warm else self._search_model,
+                         steps_before=self.n_steps_ if warm else 0)
+        self._record_fit(result)
         self._fitted_arrays_follow(X)
         self.n_rows_seen_ = rows.n_rows
         self._stream_state = None
         return self
+
+    def _partial_fit(self, X, y, sample_weight, n_data, classes=None):
+        settings = FitSettings.from_estimator(self)
+        first = not hasattr(self, "variational_state_")
+        if first:
+            check_basis_options(settings.basis, settings.n_orthogonal)
+        stream = getattr(self, "_stream_state", None)
+        rng = generator_from(self.random_state) if stream is None else stream.rng
+        rows, y = training_rows(self, X, y, rng, reset=first, **self._data_checks)
+        weights = check_sample_weight(sample_weight, rows.n_rows)
+        Y = self._stream_targets(y, weights, first, classes)
+        n_seen = rows.n_rows + (0 if first else self.n_rows_seen_)
+        n_total = check_n_data(n_data, n_seen)
+        if first:
+            model = self._initial_model(rows.sample, n_total, rng, rows.sample_weights(weights))
+        else:
+            model = self._fitted_model(n_total)
+        model.layout, Y = self._layout(Y, weights, self._known_noise(rows.n_rows))
+        x_scale = feature_scale(rows.sample, rows.sample_weights(weights)) if stream is None else None
+        result, stream = run_partial_fit(settings, model, rows, Y, rng, x_scale, stream=stream,
+                                         search_model=self._search_model if first else None,
+                                         steps_before=0 if first else self.n_steps_)
+        self._record_fit(result, append=not first)
+        self._fitted_arrays_follow(X)
+        self.n_rows_seen_ = n_seen
+        self._stream_state = stream
+        return self
+
+    def _record_fit(self, result, append=False):
+        """Set the fitted attributes from a :class:`._fit.FitResult`.
+
+        ``append`` (``partial_fit``): the epochs and ELBOs add to those already recorded.
+        """
+        model, history = result.model, result.history
+        self._record_targets(model)
+        self.log_marginal_likelihood_value_ = np.nan if result.bound is None else float(result.bound)
+        self.kernel_ = model.kernel.to_sklearn()
+        # Cached matrices are recomputable; dropping them keeps pickles small.
+        model.state.drop_caches()
+        self.variational_state_ = model.state
+        self.inducing_points_ = model.state.inducing
+        orthogonal = getattr(model.state, "orthogonal", None)
+        if orthogonal is not None:
+            self.orthogonal_points_ = orthogonal
+        self.jitter_ = model.jitter
+        self.n_iter_ = history.n_epochs + (self.n_iter_ if append else 0)
+        self.n_steps_ = result.steps_before + history.n_steps
+        self.loss_curve_ = (list(self.loss_curve_) if append else []) + list(history.elbo)
+        self.converged_ = history.converged
+        self.n_natural_backoffs_ = result.n_natural_backoffs
+        if history.diagnostics:
+            self.diagnostics_ = history.diagnostics
+        self.predictor_ = model.predictor()
 
     #: The fitted array attributes that follow the input's library.
     _FOLLOWING_ATTRIBUTES = ("inducing_points_", "orthogonal_points_")
@@ -205,54 +238,6 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         for name in self._FOLLOWING_ATTRIBUTES:
             if hasattr(self, name):
                 setattr(self, name, backend.to_namespace(getattr(self, name), xp, device=backend.device_of(X)))
-
-    @staticmethod
-    def _to_device(model, Y, rows):
-        """The model's state and the target array on the rows' device and in their
-        dtype (a no-op for float64 numpy rows). The model is built on the host (k-means on the host copy of X) and
-        moves once; kernel theta and the noise stay on the host. The training functions
-        bring the state back to numpy at the end of every fit or pass."""
-        if not rows.converts:
-            return model, Y
-        model.state = state_to(model.state, rows.to_device)
-        return model, rows.to_device(Y)
-
-    def _partial_fit(self, X, y, sample_weight, n_data, classes=None):
-        first = not hasattr(self, "variational_state_")
-        if first:
-            check_basis_options(self.basis, self.n_orthogonal)
-        stream = getattr(self, "_stream_state", None)
-        rng = generator_from(self.random_state) if stream is None else stream.rng
-        where = fit_device(self, X)
-        if where is None:
-            rows, y = training_rows(self, X, y, rng, reset=first, **self._data_checks)
-        else:
-            rows, y = device_training_rows(self, X, y, where, reset=first, **self._data_checks)
-        weights = check_sample_weight(sample_weight, rows.n_rows)
-        Y = self._stream_targets(y, weights, first, classes)
-        n_seen = rows.n_rows + (0 if first else self.n_rows_seen_)
-        n_total = check_n_data(n_data, n_seen)
-        if first:
-            model = self._initial_model(rows.sample, n_total, rng, rows.sample_weights(weights))
-        else:
-            model = self._fitted_model(n_total)
-        model.layout, Y = self._layout(Y, weights, self._known_noise(rows.n_rows))
-        if first and starts_with_search(self, model, rows, streaming=True):
-            # The first chunk starts the stream as fit starts its own: from the exact search.
-            search_hyperparameters(self, model, self._search_model, rows, Y, rng)
-        model, Y = self._to_device(model, Y, rows)
-        steps_done = 0 if first else self.n_steps_
-        if stream is None:
-            x_scale = feature_scale(rows.sample, rows.sample_weights(weights))
-            schedule, adam = make_optimisers(self, model, x_scale, False, steps_done, falling_elbo_backoff=False)
-            stream = StreamState(adam, schedule, rng, x_scale)
-        history = run_partial_pass(self, model, rows, Y, stream)
-        self._record_targets(model)
-        record_fit(self, model, history, stream.schedule, steps_done, append=not first)
-        self._fitted_arrays_follow(X)
-        self.n_rows_seen_ = n_seen
-        self._stream_state = stream
-        return self
 
     # --- prediction -----------------------------------------------------------------
     def _latent(self, X, full_cov=False):

@@ -1,21 +1,20 @@
 """Plumbing shared by the estimators: parameter rules, option checks, model assembly.
 
-No mathematics here: this module validates estimator parameters and data and assembles
-what a :class:`skgp_sparse.elbo.VariationalModel` is built from (kernel, inducing inputs,
-rows); :mod:`._training` runs the fit.
+No mathematics here: this module validates estimator parameters and data, assembles what
+a :class:`skgp_sparse.elbo.VariationalModel` is built from (kernel, inducing inputs), and
+serves predictions in chunks and on devices; :mod:`._rows` holds the training rows and
+:mod:`._fit` runs the fit.
 """
 
 import copy
 import dataclasses
 import functools
 import warnings
-from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import validate_data
 
 from .. import backend
 from ..bases import BASES, ORTHOGONAL_BASES
@@ -23,7 +22,6 @@ from ..inducing import METHODS as INDUCING_METHODS
 from ..inducing import initial_inducing
 from ..kernels import compile_kernel
 from ..likelihoods import NoiseParameter
-from ..optim.loop import array_batches
 
 #: Rows per chunk at prediction time: bounds memory at O(chunk * M) whatever the input size.
 PREDICT_CHUNK = 4096
@@ -49,6 +47,8 @@ COMMON_CONSTRAINTS = {
     "verbose": ["verbose"],
     "warm_start": ["boolean"],
     "jitter": [StrOptions({"auto"}), Interval(Real, 0, None, closed="left")],
+    "optimizer": [StrOptions({"fmin_l_bfgs_b"}), callable, None],
+    "n_restarts_optimizer": [Interval(Integral, 0, None, closed="left")],
 }
 
 def check_basis_options(basis, n_orthogonal):
@@ -144,20 +144,20 @@ def clipped_n_inducing(n_inducing, n_samples):
     return n_inducing
 
 
-def initial_inducing_points(estimator, X, kernel, rng):
-    """The n_inducing + n_orthogonal initial inducing inputs (the basis splits them)."""
-    init = estimator.inducing_init
+def initial_inducing_points(init, n_inducing, n_orthogonal, X, kernel, rng):
+    """The n_inducing + n_orthogonal initial inducing inputs (the basis splits them):
+    ``init`` is the estimator's ``inducing_init``."""
     if not isinstance(init, str):
         Z = np.asarray(init, dtype=np.float64)
-        if Z.ndim != 2 or Z.shape[1] != X.shape[1] or Z.shape[0] <= estimator.n_orthogonal:
+        if Z.ndim != 2 or Z.shape[1] != X.shape[1] or Z.shape[0] <= n_orthogonal:
             raise ValueError(
                 f"inducing_init as an array must have shape (n_inducing + n_orthogonal, {X.shape[1]}) "
-                f"with n_inducing >= 1; got {Z.shape} with n_orthogonal={estimator.n_orthogonal}"
+                f"with n_inducing >= 1; got {Z.shape} with n_orthogonal={n_orthogonal}"
             )
         if not np.all(np.isfinite(Z)):
             raise ValueError("inducing_init contains NaN or inf")
         return Z
-    n_points = clipped_n_inducing(estimator.n_inducing + estimator.n_orthogonal, X.shape[0])
+    n_points = clipped_n_inducing(n_inducing + n_orthogonal, X.shape[0])
     return initial_inducing(X, n_points, init, kernel, rng)
 
 
@@ -166,117 +166,6 @@ def generator_from(random_state):
     from sklearn.utils import check_random_state
 
     return np.random.default_rng(check_random_state(random_state).randint(np.iinfo(np.int32).max))
-
-
-def random_rows(n_total, n_rows, rng):
-    """``n_rows`` of ``n_total`` row indices drawn without replacement, in order; None when
-    ``n_rows`` covers them all (take every row, draw nothing)."""
-    if n_rows >= n_total:
-        return None
-    return np.sort(rng.choice(n_total, n_rows, replace=False))
-
-
-class InMemoryRows:
-    """Training rows held as one numpy array (the Dask counterpart is ``_dask.DaskRows``).
-
-    Attributes
-    ----------
-    sample : ndarray
-        Rows to initialise from (inducing inputs, feature scales): all of them here.
-    n_rows : int
-    converts : bool
-        Whether the model's state and the targets must be converted (:meth:`to_device`)
-        to train on these rows: False for float64 numpy rows.
-    """
-
-    converts = False
-
-    def __init__(self, X):
-        self.X = X
-        self.sample = X
-        self.n_rows = X.shape[0]
-
-    def to_device(self, a):
-        """A host array ``a`` (targets, state) as the training steps take it: as it is here."""
-        return a
-
-    def sample_weights(self, weights):
-        """The weights of the rows of ``sample`` (None when ``weights`` is None)."""
-        return weights
-
-    def batches(self, Y, batch_size):
-        """``batches(rng)``: shuffled minibatches of ``batch_size`` rows of (X, Y)."""
-        return array_batches(self.X, Y, batch_size)
-
-    def all_rows(self, Y):
-        """(X, Y), every row in order."""
-        return self.X, Y
-
-    def monitor_rows(self, Y, n_rows, rng):
-        """A fixed random sample of at most ``n_rows`` rows of (X, Y), for the stopping rule."""
-        rows = random_rows(self.n_rows, n_rows, rng)
-        return (self.X, Y) if rows is None else (self.X[rows], Y[rows])
-
-    def search_rows(self, Y, n_rows, rng):
-        """At most ``n_rows`` random rows of (X, Y) as float64 numpy arrays (``Y`` is the
-        host target array), for the exact search that starts a fit: all of them when there
-        are no more."""
-        rows = random_rows(self.sample.shape[0], n_rows, rng)
-        return (self.sample, Y) if rows is None else (self.sample[rows], Y[rows])
-
-
-class DeviceRows(InMemoryRows):
-    """Training rows held as one array of another Array API library (torch, CuPy,
-    array_api_strict, ...), on its device, or as a float32 numpy array (a float32 fit
-    on the CPU).
-
-    Minibatches are cut there with ``xp.take``; their rows are those the numpy path draws
-    (the same Generator permutation, each batch's rows sorted), sent to the device once
-    per epoch as one index array. ``sample`` is a host (numpy) copy of the rows, used
-    only to initialise (inducing inputs by k-means, feature scales).
-    """
-
-    converts = True
-
-    def __init__(self, X, sample, xp, dtype):
-        self.X = X
-        self.sample = sample
-        self.n_rows = X.shape[0]
-        self.xp = xp
-        self.dtype = dtype
-        self.device = backend.device_of(X)
-
-    def _take(self, a, rows):
-        return self.xp.take(a, rows, axis=0)
-
-    def batches(self, Y, batch_size):
-        X, n = self.X, self.n_rows
-
-        def batches(rng):
-            if batch_size >= n:
-                yield X, Y
-                return
-            order = rng.permutation(n)
-            starts = range(0, n, batch_size)
-            host_rows = np.concatenate([np.sort(order[start : start + batch_size]) for start in starts])
-            rows = backend.to_namespace(host_rows, self.xp, device=self.device)
-            for start in starts:
-                part = rows[start : min(start + batch_size, n)]
-                yield self._take(X, part), self._take(Y, part)
-
-        return batches
-
-    def monitor_rows(self, Y, n_rows, rng):
-        rows = random_rows(self.n_rows, n_rows, rng)
-        if rows is None:
-            return self.X, Y
-        rows = backend.to_namespace(rows, self.xp, device=self.device)
-        return self._take(self.X, rows), self._take(Y, rows)
-
-    def to_device(self, a):
-        """A host array ``a`` (targets, state) in the rows' library, on their device, in
-        their floating dtype."""
-        return backend.to_namespace(a, self.xp, device=self.device, dtype=self.dtype)
 
 
 def dispatch_namespace(X):
@@ -290,74 +179,6 @@ def dispatch_namespace(X):
     if not get_config().get("array_api_dispatch", False):
         return None
     return backend.namespace(X)
-
-
-@dataclass
-class FitDevice:
-    """Where a fit runs when it does not run on float64 numpy: a namespace (numpy
-    itself for a float32 fit on the CPU), a device (None: that of the input arrays or
-    the library's default) and the floating dtype of the training arrays."""
-
-    xp: object
-    device: object
-    dtype: object
-
-
-def fit_device(estimator, X):
-    """Where ``estimator`` fits X: None for the float64 numpy path, else a :class:`FitDevice`.
-
-    Arrays of another library under ``array_api_dispatch`` are fitted where they live;
-    ``backend="cupy"`` or ``"torch"`` moves numpy input to that library's GPU (and fails
-    at once, naming what is missing, without one). ``dtype="float32"`` on numpy runs the
-    numpy path on float32 copies of the rows and state (Dask input: None, its chunks are
-    converted as they stream).
-    """
-    xp = dispatch_namespace(X)
-    device = None
-    if estimator.backend != "numpy":
-        if is_dask_collection(X):
-            # Streamed chunks would cross to the GPU one by one; the device path holds the rows.
-            raise NotImplementedError(
-                f"{type(estimator).__name__}: a Dask array streams through backend='numpy' only; "
-                f"compute it into memory for backend={estimator.backend!r}, or use backend='numpy'"
-            )
-        gpu_xp, device = backend.device_namespace(estimator.backend)
-        if xp is not None and backend.library(xp) != estimator.backend:
-            raise ValueError(
-                f"{type(estimator).__name__}: backend={estimator.backend!r} but X is an array of "
-                f"{backend.library(xp)}; pass numpy arrays (moved to the GPU by the fit) or arrays "
-                "of the backend's library"
-            )
-        xp = gpu_xp
-    if xp is None:
-        # Dask input streams in the estimator's dtype (_dask.DaskRows).
-        if estimator.dtype == "float64" or is_dask_collection(X):
-            return None
-        # float32 on the CPU: the numpy path's own code, on float32 copies of the rows.
-        return FitDevice(np, None, np.float32)
-    dtype = getattr(xp, estimator.dtype)
-    return FitDevice(xp, device, dtype)
-
-
-def device_training_rows(estimator, X, y, where, **check_params):
-    """Validate (X, y) for a fit on ``where`` (a :class:`FitDevice`): the rows as
-    :class:`DeviceRows` (X in the device's library, on its device, in its dtype) and
-    y as numpy.
-
-    The checks of ``validate_data`` (and ``n_features_in_``) run on host copies; y is
-    brought to the host because the target transformations (normalisation, layout) are
-    numpy code; the fit sends the finished target array to the device once.
-    """
-    foreign = backend.is_foreign(X)
-    host_X = backend.to_numpy(X) if foreign else X
-    host_y = backend.to_numpy(y) if backend.is_foreign(y) else y
-    host_X, y = validate_data(estimator, host_X, host_y, dtype=np.float64, order="C", **check_params)
-    xp = where.xp
-    if foreign:
-        X = xp.astype(X, where.dtype) if X.dtype != where.dtype else X
-    else:
-        X = backend.to_namespace(host_X, xp, device=where.device, dtype=where.dtype)
-    return DeviceRows(X, host_X, xp, where.dtype), y
 
 
 def state_to(state, convert):
@@ -439,22 +260,6 @@ def is_dask_collection(a):
     return type(a).__module__.split(".")[0] in ("dask", "dask_expr") and hasattr(a, "__dask_graph__")
 
 
-def training_rows(estimator, X, y, rng, **check_params):
-    """Validate (X, y) for fit: the rows as a source of minibatches, and y as numpy.
-
-    Dask input streams from its chunks (``_dask.DaskRows``, in the estimator's dtype);
-    anything else is validated
-    by scikit-learn into one float64 array. Sets ``n_features_in_`` (and
-    ``feature_names_in_``).
-    """
-    if is_dask_collection(X) or is_dask_collection(y):
-        from . import _dask
-
-        return _dask.training_rows(estimator, X, y, rng, **check_params)
-    X, y = validate_data(estimator, X, y, dtype=np.float64, order="C", **check_params)
-    return InMemoryRows(X), y
-
-
 def check_n_data(n_data, n_seen):
     """partial_fit's N: ``n_data`` when given, else the rows seen so far."""
     if n_data is None:
@@ -467,33 +272,6 @@ def check_n_data(n_data, n_seen):
 def chunked(n_rows, size=PREDICT_CHUNK):
     for start in range(0, n_rows, size):
         yield slice(start, min(start + size, n_rows))
-
-
-def record_fit(estimator, model, history, schedule, steps_done, append=False, bound=None):
-    """Set the fitted attributes that every estimator shares from a trained model.
-
-    ``append`` (partial_fit): the epochs and ELBOs add to those already recorded.
-    ``bound``: the ELBO of the fitted model on all training rows (None when not computed:
-    an interrupted fit, a partial_fit pass).
-    """
-    estimator.log_marginal_likelihood_value_ = np.nan if bound is None else float(bound)
-    estimator.kernel_ = model.kernel.to_sklearn()
-    # Cached matrices are recomputable; dropping them keeps pickles small.
-    model.state.drop_caches()
-    estimator.variational_state_ = model.state
-    estimator.inducing_points_ = model.state.inducing
-    orthogonal = getattr(model.state, "orthogonal", None)
-    if orthogonal is not None:
-        estimator.orthogonal_points_ = orthogonal
-    estimator.jitter_ = model.jitter
-    estimator.n_iter_ = history.n_epochs + (estimator.n_iter_ if append else 0)
-    estimator.n_steps_ = steps_done + history.n_steps
-    estimator.loss_curve_ = (list(estimator.loss_curve_) if append else []) + list(history.elbo)
-    estimator.converged_ = history.converged
-    estimator.n_natural_backoffs_ = schedule.n_backoffs
-    if history.diagnostics:
-        estimator.diagnostics_ = history.diagnostics
-    estimator.predictor_ = model.predictor()
 
 
 def latent_in_chunks(predictor, kernel, X):

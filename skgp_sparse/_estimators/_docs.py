@@ -41,6 +41,21 @@ SHARED_DOCS = {
     "inducing_init": """inducing_init : {"kmeans", "greedy_variance", "random"} or array of shape (n_inducing + n_orthogonal, n_features), default="kmeans"
         Initial inducing inputs: k-means centres, greedy maximum-variance rows (a partial
         pivoted Cholesky under the initial kernel), random distinct rows, or given points.""",
+    "optimizer": """optimizer : "fmin_l_bfgs_b", callable or None, default="fmin_l_bfgs_b"
+        The optimiser of the exact search of the hyperparameters that starts every fresh
+        fit (the bound with q(u) optimal for each hyperparameter, on at most 2,048 random
+        rows) and, under a Gaussian likelihood with one batch, of the search of the
+        collapsed bound over all rows. It has the meaning it has in
+        GaussianProcessRegressor: a callable is called as ``optimizer(obj_func,
+        initial_theta, bounds)`` and returns ``(theta_opt, func_min)``, where
+        ``obj_func(theta, eval_gradient=True)`` gives the negative bound and its gradient
+        and theta packs the log-hyperparameters of the kernel and the likelihood (the log
+        noise) and, in a full-batch search, the learned inducing inputs (divided by each
+        feature's spread). None keeps the kernel and likelihood hyperparameters at their
+        initial values, in minibatch fits too.""",
+    "n_restarts_optimizer": """n_restarts_optimizer : int, default=0
+        Further runs of that search from starts drawn uniformly within the (log-space)
+        bounds; the best bound wins.""",
     "jitter": """jitter : "auto" or float, default="auto"
         Jitter added to the diagonal of K(Z, Z) before its Cholesky factorisation.
         ``"auto"``: 1e-6 of its mean diagonal, and (regression) no more than 1e-6 of the

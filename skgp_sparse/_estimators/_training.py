@@ -74,11 +74,11 @@ AUTO_FULL_BATCH_ROWS = 4096
 AUTO_BATCH_SIZE = 1024
 
 
-def batch_rows(estimator, n_rows):
+def batch_rows(settings, n_rows):
     """Rows per step for ``n_rows`` training rows (``batch_size``: int, None or "auto")."""
-    if estimator.batch_size is None or (estimator.batch_size == "auto" and n_rows <= AUTO_FULL_BATCH_ROWS):
+    if settings.batch_size is None or (settings.batch_size == "auto" and n_rows <= AUTO_FULL_BATCH_ROWS):
         return n_rows
-    size = AUTO_BATCH_SIZE if estimator.batch_size == "auto" else estimator.batch_size
+    size = AUTO_BATCH_SIZE if settings.batch_size == "auto" else settings.batch_size
     return min(size, n_rows)
 
 
@@ -98,8 +98,8 @@ class StreamState:
     x_scale: np.ndarray
 
 
-def make_optimisers(estimator, model, x_scale, full_batch, steps_done, falling_elbo_backoff=True):
-    """The natural-step schedule and Adam for the estimator's settings.
+def make_optimisers(settings, model, x_scale, full_batch, steps_done, falling_elbo_backoff=True):
+    """The natural-step schedule and Adam of a fit with these settings (a :class:`._settings.FitSettings`).
 
     ``steps_done`` (a warm start) lets the natural-step schedule continue where it was
     rather than restart with large steps that would forget the fitted q(u). Without a
@@ -109,7 +109,7 @@ def make_optimisers(estimator, model, x_scale, full_batch, steps_done, falling_e
     """
     conjugate = model.likelihood.conjugate
     schedule = NaturalStepSchedule(
-        estimator.natural_step_size,
+        settings.natural_step_size,
         conjugate=conjugate,
         full_batch=full_batch,
         elbo_drop_tol=None if conjugate or not falling_elbo_backoff else ELBO_DROP_TOL,
@@ -119,7 +119,7 @@ def make_optimisers(estimator, model, x_scale, full_batch, steps_done, falling_e
     # or with its length scale where that is shorter.
     step = inducing_step_scale(model.kernel, x_scale)
     scales = {name: step for name in model.basis.INDUCING_FIELDS}
-    adam = Adam(learning_rate=estimator.learning_rate, step_scales=scales)
+    adam = Adam(learning_rate=settings.learning_rate, step_scales=scales)
     return schedule, adam
 
 
@@ -156,11 +156,12 @@ def auto_jitter(kernel, Z, noise_variance=None):
     return max(floor, min(AUTO_JITTER, AUTO_JITTER * noise_variance / scale))
 
 
-def starting_jitter(estimator, kernel, Z, noise_variance=None):
-    """The relative jitter of a fresh model: the estimator's, or :func:`auto_jitter`."""
-    if estimator.jitter == "auto":
+def starting_jitter(jitter, kernel, Z, noise_variance=None):
+    """The relative jitter of a fresh model: the estimator's ``jitter``, or :func:`auto_jitter`
+    for "auto"."""
+    if jitter == "auto":
         return auto_jitter(kernel, Z, noise_variance)
-    return float(estimator.jitter)
+    return float(jitter)
 
 
 def fits_collapsed(model, rows, batch):
@@ -168,7 +169,7 @@ def fits_collapsed(model, rows, batch):
     return batch >= rows.n_rows and model.natural_step_is_exact()
 
 
-def run_collapsed(estimator, model, rows, Y, rng, x_scale):
+def run_collapsed(settings, model, rows, Y, rng, x_scale):
     """Quasi-Newton search of the collapsed bound (full batch, Gaussian): GPR's procedure,
     for at most ``max_iter`` iterations.
 
@@ -176,25 +177,25 @@ def run_collapsed(estimator, model, rows, Y, rng, x_scale):
     far below where it started, the search is run again from there with the jitter the
     new noise allows, so that the jitter does not bias the optimum.
     """
-    optimizer = "fmin_l_bfgs_b" if estimator.optimizer is None else estimator.optimizer
+    optimizer = "fmin_l_bfgs_b" if settings.optimizer is None else settings.optimizer
     X, Y = rows.all_rows(Y)
     scales = {name: x_scale for name in model.basis.INDUCING_FIELDS}
-    settings = dict(scales=scales, verbose=estimator.verbose, max_iter=estimator.max_iter, tol=estimator.tol)
-    search = optimise_collapsed(model, X, Y, optimizer, estimator.n_restarts_optimizer, rng, **settings)
+    options = dict(scales=scales, verbose=settings.verbose, max_iter=settings.max_iter, tol=settings.tol)
+    search = optimise_collapsed(model, X, Y, optimizer, settings.n_restarts_optimizer, rng, **options)
     history = History(elbo=list(search.run_elbos), n_epochs=search.n_iter, n_steps=search.n_evaluations,
                       converged=search.converged)
-    if estimator.jitter == "auto":
+    if settings.jitter == "auto":
         allowed = auto_jitter(model.kernel, model.state.inducing, model.noise.value)
         if model.jitter > 10.0 * allowed:
             model.jitter = allowed
-            search = optimise_collapsed(model, X, Y, optimizer, 0, rng, **settings)
+            search = optimise_collapsed(model, X, Y, optimizer, 0, rng, **options)
             history.elbo += search.run_elbos
             history.n_epochs += search.n_iter
             history.n_steps += search.n_evaluations
             history.converged = search.converged
     if not history.converged:
         warnings.warn(
-            f"{type(estimator).__name__}: the search of the collapsed bound stopped before converging, "
+            f"{settings.name}: the search of the collapsed bound stopped before converging, "
             f"after {search.message}; the fitted hyperparameters may not be optimal. Increase max_iter, "
             "or rescale X and y (normalize_y=True) or start the kernel closer to the data's scales.",
             ConvergenceWarning,
@@ -208,16 +209,16 @@ def run_collapsed(estimator, model, rows, Y, rng, x_scale):
 SEARCH_ROWS = 2048
 SEARCH_MAX_ITER = 200
 
-def starts_with_search(estimator, model, rows, streaming=False):
+def starts_with_search(settings, model, rows, streaming=False):
     """Whether a fresh fit starts with the exact search of :func:`search_hyperparameters`:
     it learns hyperparameters and is not itself a full-batch search of the collapsed bound
     (``streaming``: the first call of ``partial_fit``, which never is)."""
     if not model.learn_hyperparameters:
         return False
-    return streaming or not fits_collapsed(model, rows, batch_rows(estimator, rows.n_rows))
+    return streaming or not fits_collapsed(model, rows, batch_rows(settings, rows.n_rows))
 
 
-def search_hyperparameters(estimator, model, search_model, rows, Y, rng):
+def search_hyperparameters(settings, model, search_model, rows, Y, rng):
     """Set ``model``'s hyperparameters by a quasi-Newton search of an exact objective on
     at most :data:`SEARCH_ROWS` random rows, before any minibatch step.
 
@@ -241,28 +242,28 @@ def search_hyperparameters(estimator, model, search_model, rows, Y, rng):
     """
     X, Y = rows.search_rows(Y, SEARCH_ROWS, rng)
     search = search_model(model, model.n_data)
-    optimizer = getattr(estimator, "optimizer", None) or "fmin_l_bfgs_b"
-    n_restarts = getattr(estimator, "n_restarts_optimizer", 0)
-    result = optimise_collapsed(search, X, Y, optimizer, n_restarts, rng, verbose=estimator.verbose > 1,
-                                max_iter=SEARCH_MAX_ITER, trust_region=True, tol=estimator.tol)
+    optimizer = settings.optimizer or "fmin_l_bfgs_b"
+    n_restarts = settings.n_restarts_optimizer
+    result = optimise_collapsed(search, X, Y, optimizer, n_restarts, rng, verbose=settings.verbose > 1,
+                                max_iter=SEARCH_MAX_ITER, trust_region=True, tol=settings.tol)
     # It hands over the hyperparameters alone: the inducing inputs stay where they were.
     model.set_adam_params({name: value for name, value in search.adam_params().items()
                            if name in HYPERPARAMETERS})
-    if estimator.jitter == "auto" and model.noise is not None:
+    if settings.jitter == "auto" and model.noise is not None:
         # The jitter follows the noise the search found (it was set for the initial noise).
         model.jitter = auto_jitter(model.kernel, model.state.inducing, model.noise.value)
-    if estimator.verbose:
+    if settings.verbose:
         print(f"exact search on {X.shape[0]} rows: {result.n_iter} iterations, bound per row "
               f"{result.elbo / search.rows_counted:.4f}")
     return result
 
 
-def stopping_rule(estimator, steps_per_epoch):
-    """The estimator's :class:`StoppingRule` for epochs of ``steps_per_epoch`` steps."""
+def stopping_rule(settings, steps_per_epoch):
+    """The fit's :class:`StoppingRule` for epochs of ``steps_per_epoch`` steps."""
     period = min(steps_per_epoch, PERIOD_STEPS)
     span = min(steps_per_epoch, RATE_SPAN_STEPS)
     snr = MAX_GRADIENT_SNR if steps_per_epoch > 1 else None
-    return StoppingRule(estimator.tol, estimator.n_iter_no_change, period, span, max_gradient_snr=snr)
+    return StoppingRule(settings.tol, settings.n_iter_no_change, period, span, max_gradient_snr=snr)
 
 
 def warmup_steps(model, schedule, steps_per_epoch):
@@ -292,54 +293,53 @@ def settle_and_bound(model, rows, Y, rng, schedule, batch):
     return model.elbo_of_chunks(rows.batches(Y, PASS_CHUNK)(rng))
 
 
-def run_training(estimator, model, rows, Y, rng, steps_done=0, x_scale=None):
-    """Fit ``model`` with the estimator's settings; returns ``(history, schedule, bound)``.
+def run_training(settings, model, rows, Y, rng, steps_done=0, x_scale=None):
+    """Train ``model`` with ``settings``; returns ``(history, schedule, bound)``.
 
     A full-batch Gaussian fit on a basis with exact natural steps optimises the collapsed
     bound (:func:`run_collapsed`); every other fit runs minibatch natural-gradient
     training, then settles q(u) at the final hyperparameters. ``bound`` is the ELBO of
-    the fitted model on all training rows. ``rows`` is an :class:`InMemoryRows` or a
-    ``_dask.DaskRows``; Y is in memory.
+    the fitted model on all training rows. ``rows`` is a :class:`._rows.Rows`;
+    Y is in memory.
     """
     n = rows.n_rows
-    batch = batch_rows(estimator, n)
+    batch = batch_rows(settings, n)
     x_scale = feature_scale(rows.sample) if x_scale is None else x_scale
-    schedule, adam = make_optimisers(estimator, model, x_scale, batch >= n, steps_done)
-    name = type(estimator).__name__
+    schedule, adam = make_optimisers(settings, model, x_scale, batch >= n, steps_done)
+    name = settings.name
     if fits_collapsed(model, rows, batch):
-        history, bound = run_collapsed(estimator, model, rows, Y, rng, x_scale)
+        history, bound = run_collapsed(settings, model, rows, Y, rng, x_scale)
         _state_to_host(model)
         step_tolerance = 0.0
     else:
         steps_per_epoch = -(-n // batch)
-        stopping = stopping_rule(estimator, steps_per_epoch)
+        stopping = stopping_rule(settings, steps_per_epoch)
         history = train(
             model,
             None,
             None,
             batch_size=batch,
-            max_iter=estimator.max_iter,
+            max_iter=settings.max_iter,
             stopping=stopping,
             schedule=schedule,
             adam=adam,
             rng=rng,
-            verbose=estimator.verbose,
-            # Set by benchmarks only (not a parameter: it would not survive clone).
-            callback=getattr(estimator, "_epoch_callback", None),
+            verbose=settings.verbose,
+            callback=settings.epoch_callback,
             batches=rows.batches(Y, batch),
             warmup_steps=warmup_steps(model, schedule, steps_per_epoch),
             monitor_rows=rows.monitor_rows(Y, MONITOR_ROWS, rng),
         )
         if history.interrupted:
-            warn_interrupted(estimator, history)
+            warn_interrupted(settings, history)
             _state_to_host(model)
             return history, schedule, None
         bound = settle_and_bound(model, rows, Y, rng, schedule, batch)
         _state_to_host(model)
-        step_tolerance = estimator.learning_rate
+        step_tolerance = settings.learning_rate
         if not history.converged:
             warnings.warn(
-                f"{name} stopped at max_iter={estimator.max_iter} epochs before converging: "
+                f"{name} stopped at max_iter={settings.max_iter} epochs before converging: "
                 f"{stopping.reason_not_converged()}; increase max_iter (or tol)",
                 ConvergenceWarning,
                 stacklevel=3,
@@ -372,10 +372,10 @@ def report_fit(name, model, step_tolerance):
         warn_jitter_above_noise(name, model.jitter * scale, model.noise.value)
 
 
-def run_partial_pass(estimator, model, rows, Y, stream):
+def run_partial_pass(settings, model, rows, Y, stream):
     """One pass of minibatch steps over ``rows`` (``partial_fit``), continuing ``stream``."""
     n = rows.n_rows
-    batch = batch_rows(estimator, n)
+    batch = batch_rows(settings, n)
     history = train(
         model,
         None,
@@ -387,19 +387,19 @@ def run_partial_pass(estimator, model, rows, Y, stream):
         schedule=stream.schedule,
         adam=stream.adam,
         rng=stream.rng,
-        verbose=estimator.verbose,
+        verbose=settings.verbose,
         batches=rows.batches(Y, batch),
         warmup_steps=warmup_steps(model, stream.schedule, -(-n // batch)),
     )
     _state_to_host(model)
     if history.interrupted:
-        warn_interrupted(estimator, history)
+        warn_interrupted(settings, history)
     return history
 
 
-def warn_interrupted(estimator, history):
+def warn_interrupted(settings, history):
     warnings.warn(
-        f"{type(estimator).__name__}: fit interrupted (KeyboardInterrupt) after {history.n_steps} "
+        f"{settings.name}: fit interrupted (KeyboardInterrupt) after {history.n_steps} "
         "steps; the estimator holds the model of the last completed step, which predicts "
         "normally (call fit again, with warm_start=True to continue)",
         FitInterruptedWarning,

@@ -99,6 +99,8 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
     %(variational_optimizer)s
     %(learn_inducing)s
     %(inducing_init)s
+    %(optimizer)s
+    %(n_restarts_optimizer)s
     %(jitter)s
     %(backend)s
     %(dtype)s
@@ -164,6 +166,8 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
         variational_optimizer="natural",
         learn_inducing=True,
         inducing_init="kmeans",
+        optimizer="fmin_l_bfgs_b",
+        n_restarts_optimizer=0,
         jitter="auto",
         backend="numpy",
         dtype="float64",
@@ -186,6 +190,8 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
         self.variational_optimizer = variational_optimizer
         self.learn_inducing = learn_inducing
         self.inducing_init = inducing_init
+        self.optimizer = optimizer
+        self.n_restarts_optimizer = n_restarts_optimizer
         self.jitter = jitter
         self.backend = backend
         self.dtype = dtype

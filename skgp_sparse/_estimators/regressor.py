@@ -2,7 +2,7 @@
 
 import warnings
 from dataclasses import dataclass
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 from sklearn.base import RegressorMixin, _fit_context
@@ -105,17 +105,8 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         ``normalize_y``. Under the non-Gaussian likelihoods it is that literally: white
         noise of the latent function at those rows. Predictions do not include it. For
         ``partial_fit`` an array has one entry per row of each call.
-    optimizer : "fmin_l_bfgs_b", callable or None, default="fmin_l_bfgs_b"
-        The optimiser of full-batch fits, with GaussianProcessRegressor's meaning: a
-        callable is called as ``optimizer(obj_func, initial_theta, bounds)`` and returns
-        ``(theta_opt, func_min)``, where ``obj_func(theta, eval_gradient=True)`` gives the
-        negative collapsed bound and its gradient and theta packs the log-hyperparameters,
-        the log noise and the learned inducing inputs (divided by each feature's spread).
-        None keeps the kernel hyperparameters and the noise at their initial values, in
-        minibatch fits too.
-    n_restarts_optimizer : int, default=0
-        Further full-batch optimiser runs from starts drawn uniformly within the
-        (log-space) bounds; the best bound wins.
+    %(optimizer)s
+    %(n_restarts_optimizer)s
     normalize_y : bool, default=True
         Centre and scale each target column before fitting (unlike
         GaussianProcessRegressor, on by default: the default kernel and noise assume unit
@@ -172,8 +163,6 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         "normalize_y": ["boolean"],
         "likelihood": [StrOptions({"gaussian", "student_t", "poisson"})],
         "alpha": [Interval(Real, 0, None, closed="left"), "array-like"],
-        "optimizer": [StrOptions({"fmin_l_bfgs_b"}), callable, None],
-        "n_restarts_optimizer": [Interval(Integral, 0, None, closed="left")],
     }
 
     def __init__(
@@ -244,9 +233,6 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
 
     # --- what the shared core asks of the regressor ----------------------------------
     _data_checks = {"multi_output": True, "y_numeric": True}
-
-    def _learns_hyperparameters(self):
-        return self.optimizer is not None
 
     def _latent_noise_from_white(self):
         # A WhiteKernel is the observation noise of the Gaussian likelihood (as in GPR);
