@@ -113,19 +113,22 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         )
         return self._build_model(kernel, state, n_data)
 
-    def _search_model(self, model, n_rows):
-        """The model of the exact search that starts a fresh fit: a copy of ``model`` whose
-        data term counts ``n_rows`` rows, on the coupled basis, its inducing inputs held at all of
-        ``model``'s (the orthogonal set too, where the basis has one), q(u) at the prior.
-        On the coupled basis the bound with q(u) optimal is the collapsed bound under a
-        Gaussian likelihood, whatever basis the fit then trains. The orthogonal set
-        counts: the hyperparameters of 10 + 10 SOLVE points are those of about 20 points,
-        not 10 (measured: on 10 coupled points a 2-D sine was best explained as noise)."""
+    def _search_model(self, model, n_rows, learn_inducing=False):
+        """The model of a stage of the exact search that starts a fresh fit: a copy of
+        ``model`` (its current kernel and likelihood parameters) whose data term counts
+        ``n_rows`` rows, on the coupled basis, at all of ``model``'s inducing inputs (the
+        orthogonal set too, where the basis has one, stacked after the first), q(u) at
+        the prior, the inducing inputs learned or not. On the coupled basis the bound
+        with q(u) optimal is the collapsed bound under a Gaussian likelihood, whatever
+        basis the fit then trains. The orthogonal set counts: the hyperparameters of 10 +
+        10 SOLVE points are those of about 20 points, not 10 (measured: on 10 coupled
+        points a 2-D sine was best explained as noise)."""
         n_outputs, n_covariances = self._latent_shape()
         sets = [getattr(model.state, name) for name in model.basis.INDUCING_FIELDS]
         inducing = np.concatenate([np.array(backend.to_numpy(z), dtype=np.float64) for z in sets if z is not None])
         state = BASES["coupled"].init_state(inducing, n_outputs=n_outputs, n_covariances=n_covariances)
-        search = self._build_model(copy.deepcopy(model.kernel), state, n_rows, basis="coupled", learn_inducing=False)
+        search = self._build_model(copy.deepcopy(model.kernel), state, n_rows, basis="coupled",
+                                   learn_inducing=learn_inducing)
         search.layout = model.layout
         search.jitter = model.jitter
         return search

@@ -67,7 +67,7 @@ def run_fit(settings, model, rows, Y, rng, x_scale, search_model=None, steps_bef
     this one continues (``warm_start``).
     """
     if search_model is not None and starts_with_search(settings, model, rows):
-        search_hyperparameters(settings, model, search_model, rows, Y, rng)
+        search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale)
     Y = _to_rows_device(model, Y, rows)
     history, schedule, bound = run_training(settings, model, rows, Y, rng, steps_done=steps_before, x_scale=x_scale)
     return FitResult(model, history, schedule.n_backoffs, bound, steps_before)
@@ -79,7 +79,7 @@ def run_partial_fit(settings, model, rows, Y, rng, x_scale, stream=None, search_
     exact search when ``search_model`` is given). Returns ``(result, stream)``."""
     if search_model is not None and starts_with_search(settings, model, rows, streaming=True):
         # The first chunk starts the stream as fit starts its own: from the exact search.
-        search_hyperparameters(settings, model, search_model, rows, Y, rng)
+        search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale)
     Y = _to_rows_device(model, Y, rows)
     if stream is None:
         schedule, adam = make_optimisers(settings, model, x_scale, False, steps_before, falling_elbo_backoff=False)
