@@ -9,6 +9,7 @@ import pytest
 from scipy.special import ndtr
 from sklearn.base import clone
 from sklearn.datasets import make_blobs, make_moons
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
@@ -232,3 +233,23 @@ def test_bernoulli_model_elbo_broadcasts_one_latent():
     state = coupled.init_state(X[:4].copy(), n_outputs=1, n_covariances=1)
     model = VariationalModel(coupled, ReferenceRBF(1.0, np.array([1.0, 1.0])), BernoulliLikelihood(), state, 15)
     assert np.isclose(model.elbo(X, Y), model.evaluate(X, Y, need_grad=False).elbo)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("batch_size", [None, 10])
+@pytest.mark.parametrize("kernel", [
+    RBF(length_scale=0.1),
+    ConstantKernel(1.0, (1e-2, 1e2)) * RBF(length_scale=1.0, length_scale_bounds=(1e-3, 1e3)),
+    ConstantKernel(0.1, (1e-2, 1e2)) * RBF(length_scale=1.0, length_scale_bounds=(1e-3, 1e3)),
+], ids=["rbf", "amplitude_one", "amplitude_small"])
+def test_the_fitted_bound_improves_on_the_initial_theta(kernel, batch_size):
+    """scikit-learn's GaussianProcessClassifier test (``test_lml_improving``, same data and
+    kernels): the bound at the fitted theta beats the bound at the kernel's initial theta
+    (measured: by 2.6 to 6.8 nats, full batch and batches of 10; before the exact search
+    started the fit, the fitted bound was 0.27 nats below the initial one)."""
+    X = np.atleast_2d(np.linspace(0, 10, 30)).T
+    y = np.array((X * np.sin(X)).ravel() > 0, dtype=int)
+    clf = SparseGPClassifier(kernel, batch_size=batch_size, random_state=0).fit(X, y)
+    fitted = clf.log_marginal_likelihood(X, y, theta=clf.kernel_.theta)
+    initial = clf.log_marginal_likelihood(X, y, theta=kernel.theta)
+    assert fitted > initial + 1.0
