@@ -556,3 +556,53 @@ def test_collapsed_objective_gradient_matches_finite_differences():
     fd = np.array([(obj_func(point + eps * e, eval_gradient=False) - obj_func(point - eps * e, eval_gradient=False))
                    / (2 * eps) for e in np.eye(point.size)])
     np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-6)
+
+
+def search_stages(X, y, kernel, **params):
+    """The objectives and starts of the exact search's stages in a minibatch fit of (X, y)."""
+    stages = []
+
+    def record(obj_func, initial_theta, bounds):
+        stages.append((obj_func, initial_theta.copy()))
+        result = scipy.optimize.minimize(obj_func, initial_theta, jac=True, method="L-BFGS-B", bounds=bounds,
+                                         options=dict(maxiter=5))
+        return result.x, result.fun
+
+    SparseGPRegressor(kernel, batch_size=20, max_iter=1, optimizer=record, random_state=0, **params).fit(X, y)
+    return stages
+
+
+def test_the_exact_searchs_objective_is_gprs_and_its_gradient_matches_finite_differences():
+    """The two stages of the search that starts a minibatch fit, on 40 rows (all of them in
+    the search, each counted once). With the inducing inputs at the rows (and a jitter of
+    1e-10), the first stage's objective at the kernel's theta and the second's at its start
+    are GPR's negative log marginal likelihood at those hyperparameters (noise as a
+    WhiteKernel). On 10 inducing inputs, the second stage's gradient (log-hyperparameters,
+    log noise, inducing inputs in units of each feature's spread) matches central
+    differences in every entry."""
+    rng = np.random.default_rng(2)
+    X = rng.uniform(-3, 3, (40, 2))
+    y = np.sin(X[:, 0]) + 0.5 * X[:, 1] + 0.1 * rng.standard_normal(40)
+    kernel = ConstantKernel(1.0) * RBF([1.0, 2.0])
+    stages = search_stages(X, y, kernel, n_inducing=40, inducing_init=X, jitter=1e-10)
+    assert [start.size for _, start in stages] == [3 + 1, 3 + 1 + 40 * 2]
+    for objective, start in stages:
+        theta, log_noise = start[:3], start[3]
+        gpr = GaussianProcessRegressor(kernel + WhiteKernel(np.exp(log_noise)), normalize_y=True, optimizer=None)
+        exact = gpr.fit(X, y).log_marginal_likelihood(np.append(theta, log_noise))
+        assert -objective(start, eval_gradient=False) == pytest.approx(exact, abs=1e-6)
+
+    (_, _), (second, start) = search_stages(X, y, kernel, n_inducing=10)
+    point = start + 0.05 * rng.standard_normal(start.size)
+    _, grad = second(point)
+
+    def value(shift):
+        return second(point + shift, eval_gradient=False)
+
+    # Five-point differences: the first stage leaves the noise at 0.012, and rounding then
+    # swamps central differences of steps small enough for their truncation error
+    # (measured: 1e-4 absolute at a step of 1e-6; here 1.3e-7 at a step of 1e-3).
+    h = 1e-3
+    fd = np.array([(-value(2 * h * e) + 8 * value(h * e) - 8 * value(-h * e) + value(-2 * h * e)) / (12 * h)
+                   for e in np.eye(point.size)])
+    np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-6)
