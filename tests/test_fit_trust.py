@@ -345,14 +345,30 @@ def test_minibatch_fit_settles_q_at_the_exact_optimum(monkeypatch, learn_inducin
 
 
 # --- 6. converged_ ---------------------------------------------------------------------------
-def test_stopped_by_max_iter_is_not_converged_and_warns():
+MAX_ITER_PATHS = {
+    "regressor_minibatch": (SparseGPRegressor, dict(batch_size=50)),
+    "regressor_full_batch_search": (SparseGPRegressor, dict(batch_size=None)),
+    "regressor_float32": (SparseGPRegressor, dict(batch_size=50, dtype="float32")),
+    "regressor_dask": (SparseGPRegressor, dict(batch_size=50)),
+    "classifier_minibatch": (SparseGPClassifier, dict(batch_size=50)),
+    "classifier_full_batch": (SparseGPClassifier, dict(batch_size=None)),
+}
+
+
+@pytest.mark.parametrize("path", list(MAX_ITER_PATHS))
+def test_stopped_by_max_iter_is_not_converged_and_warns(path):
+    """Every path a fit can take: at max_iter (epochs, or L-BFGS-B iterations of the
+    full-batch search) it has converged_ False, n_iter_ == max_iter, and says so."""
+    make, params = MAX_ITER_PATHS[path]
     X, y = two_features(200)
+    if path.endswith("dask"):
+        import dask.array as da
+
+        X = da.from_array(X, chunks=(50, 2))
+    target = y if make is SparseGPRegressor else y > 0
     with pytest.warns(ConvergenceWarning, match="max_iter"):
-        reg = SparseGPRegressor(n_inducing=10, batch_size=50, max_iter=5, tol=0, random_state=0).fit(X, y)
-    assert not reg.converged_ and reg.n_iter_ == 5
-    with pytest.warns(ConvergenceWarning, match="max_iter"):
-        clf = SparseGPClassifier(n_inducing=10, batch_size=50, max_iter=5, tol=0, random_state=0).fit(X, y > 0)
-    assert not clf.converged_ and clf.n_iter_ == 5
+        est = make(n_inducing=10, max_iter=3, tol=0, random_state=0, **params).fit(X, target)
+    assert not est.converged_ and est.n_iter_ == 3
 
 
 def test_tol_zero_does_not_stop_a_fit_that_is_still_climbing(monkeypatch):
