@@ -54,6 +54,8 @@ class SparseGPBase(BoundMethods, BaseEstimator):
 
     #: Keyword arguments of ``validate_data`` for the targets.
     _data_checks = {}
+    #: The default kernel's smoothness (see ``_common.default_kernel``): None for an RBF.
+    _DEFAULT_MATERN_NU = None
 
     # --- the model ------------------------------------------------------------------
     def _latent_noise_from_white(self):
@@ -92,7 +94,8 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         if sample_weight is not None:
             # Rows of zero weight are absent from the data: they place no inducing input.
             sample, sample_weight = sample[sample_weight > 0], sample_weight[sample_weight > 0]
-        kernel = resolve_kernel(self.kernel, sample.shape[1], feature_scale(sample, sample_weight))
+        kernel = resolve_kernel(self.kernel, sample.shape[1], feature_scale(sample, sample_weight),
+                                matern_nu=self._DEFAULT_MATERN_NU)
         if self.learn_inducing and not kernel.has_input_gradient:
             warnings.warn(
                 f"{type(self).__name__}: the kernel {kernel.to_sklearn()!r} has parts without an input "

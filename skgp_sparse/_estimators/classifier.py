@@ -82,7 +82,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
     %(kl_columns)s
     batch_size : int, "auto" or None, default=1024
         Rows per training step; None (or a value at least the number of samples) means
-        full batch; "auto" means full batch up to 4,096 rows and 1,024 above.
+        full batch; "auto" means full batch up to 8,192 rows and 1,024 above.
     %(max_iter)s
     %(tol)s
     n_iter_no_change : int, default=5
