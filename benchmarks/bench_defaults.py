@@ -563,7 +563,7 @@ def steps_per_epoch(estimator, n_rows, task):
     classifier always steps)."""
     from skgp_sparse._estimators._training import batch_rows
 
-    batch = batch_rows(estimator, n_rows)
+    batch = batch_rows(estimator, n_rows, collapses=task == "regression")
     return -(-n_rows // batch), batch < n_rows or task != "regression"
 
 

@@ -82,7 +82,8 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
     %(kl_columns)s
     batch_size : int, "auto" or None, default=1024
         Rows per training step; None (or a value at least the number of samples) means
-        full batch; "auto" means full batch up to 8,192 rows and 1,024 above.
+        full batch; "auto" means batches of 1,024 (the regressor's "auto" takes up to 8,192 rows
+        as one batch only where that batch is a search of the collapsed bound).
     %(max_iter)s
     %(tol)s
     n_iter_no_change : int, default=5

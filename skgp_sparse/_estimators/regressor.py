@@ -78,10 +78,12 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
     %(n_orthogonal)s
     %(kl_columns)s
     batch_size : "auto", int or None, default="auto"
-        Rows per training step. "auto": one batch of all rows up to 8,192 of them, batches
-        of 1,024 above. None (or a value at least the number of samples) means full batch: then the coupled and orthogonally decoupled bases maximise the
-        collapsed bound (q(u) optimal for every hyperparameter) with ``optimizer``, as
-        GaussianProcessRegressor maximises its log marginal likelihood.
+        Rows per training step. None (or a value at least the number of samples) means
+        full batch: then, under the Gaussian likelihood, the coupled and orthogonally
+        decoupled bases maximise the collapsed bound (q(u) optimal for every
+        hyperparameter) with ``optimizer``, as GaussianProcessRegressor maximises its log
+        marginal likelihood. "auto": that search on up to 8,192 rows, batches of 1,024
+        otherwise (above 8,192 rows, other likelihoods and bases, ``partial_fit``).
     %(max_iter)s
     %(tol)s
     n_iter_no_change : int, default=3
