@@ -32,7 +32,8 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_defaults import (RESULTS_DIR, SETS_BINARY, SETS_MULTICLASS, SETS_REGRESSION, evaluate,
-                            library_commit, load_sets_data, make_estimator, save, timed_fit)
+                            library_commit, load_sets_data, make_estimator, metric_names, save,
+                            side_by_side_arguments, timed_fit)
 
 KERNELS = ("rbf", "matern52")
 
@@ -67,11 +68,10 @@ def markdown(results):
         if not all(k in row for k in KERNELS):
             continue
         rbf, mat = row["rbf"], row["matern52"]
+        metric, second = metric_names(rbf["task"])
         if rbf["task"] == "regression":
-            metric, second = "rmse", "nlpd"
             change = f"{100 * (mat['rmse'] / rbf['rmse'] - 1):+.1f}%"
         else:
-            metric, second = "accuracy", "log_loss"
             change = f"{100 * (mat['accuracy'] - rbf['accuracy']):+.2f}"
         lines.append(f"| {name} | {rbf['task']} | {rbf['n_train']:,} | {rbf['fit_s']:.1f} | {mat['fit_s']:.1f} | "
                      f"{rbf['epochs']} | {mat['epochs']} | {rbf[metric]:.4f} | {mat[metric]:.4f} | "
@@ -80,13 +80,8 @@ def markdown(results):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = side_by_side_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     parser.add_argument("--sets", nargs="+", default=list(SETS_REGRESSION + SETS_BINARY + SETS_MULTICLASS))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--quick", action="store_true", help="3,000 training rows per set")
-    parser.add_argument("--report", action="store_true", help="only print the table of the saved JSON")
-    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     # load_sets_data reads these two (the synthetic sets' sizes: their defaults).
     args.ripples_rows = args.synthetic_rows = None

@@ -186,6 +186,22 @@ def recorder(row, compare, results, path, label):
 
     return record
 
+def side_by_side_arguments(parser):
+    """The options that the side-by-side benchmarks of the defaults share
+    (``bench_default_kernel.py``, ``bench_full_batch_rows.py``)."""
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="smoke run on small subsets")
+    parser.add_argument("--report", action="store_true", help="only print the table of the saved JSON")
+    parser.add_argument("--out", type=Path, default=None)
+    return parser
+
+
+def metric_names(task):
+    """The two test metrics of a task: (RMSE, NLPD) or (accuracy, log-loss)."""
+    return ("rmse", "nlpd") if task == "regression" else ("accuracy", "log_loss")
+
+
 def settle():
     """Let the previous library's worker threads park before a timed fit (they spin a while)."""
     time.sleep(0.5)

@@ -31,7 +31,8 @@ from pathlib import Path
 # The package of this checkout, not whichever one is installed.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_defaults import RESULTS_DIR, evaluate, library_commit, load_sets_data, make_estimator, save, timed_fit
+from bench_defaults import (RESULTS_DIR, evaluate, library_commit, load_sets_data, make_estimator, metric_names, save,
+                            side_by_side_arguments, timed_fit)
 
 SETS = ("diamonds", "weather", "storms", "simdat", "movies", "magic", "ring", "phoneme")
 ROWS = (2048, 4096, 8192, 16384)
@@ -46,7 +47,7 @@ def markdown(results):
         if not all(k in row for k in BATCHES):
             continue
         full, stream = row["full"], row["stream"]
-        metric, second = ("rmse", "nlpd") if full["task"] == "regression" else ("accuracy", "log_loss")
+        metric, second = metric_names(full["task"])
         lines.append(f"| {row['set']} | {full['task']} | {row['rows']:,} | {full['fit_s']:.1f} | "
                      f"{stream['fit_s']:.1f} | {full[metric]:.4f} | {stream[metric]:.4f} | {full[second]:.4f} | "
                      f"{stream[second]:.4f} | {full['fit_s'] / stream['fit_s']:.2f} |")
@@ -54,14 +55,10 @@ def markdown(results):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = side_by_side_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     parser.add_argument("--sets", nargs="+", default=list(SETS))
-    parser.add_argument("--rows", nargs="+", type=int, default=list(ROWS))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--quick", action="store_true", help="sets of 3,000 rows, subsets of 1,024 and 2,048")
-    parser.add_argument("--report", action="store_true", help="only print the table of the saved JSON")
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--rows", nargs="+", type=int, default=list(ROWS),
+                        help="subset sizes (--quick: sets of 3,000 rows, subsets of 1,024 and 2,048)")
     args = parser.parse_args()
     args.ripples_rows = args.synthetic_rows = None  # read by load_sets_data: the defaults
     if args.quick and args.rows == list(ROWS):

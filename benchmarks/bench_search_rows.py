@@ -1,12 +1,17 @@
-"""How many rows the exact search that starts a minibatch fit should read.
+"""How many rows the exact search that starts a minibatch fit should read, and what its
+second stage (the inducing inputs) gives.
 
 For each regression set named on the command line, the default ``SparseGPRegressor`` is
 fitted with the search reading ``--rows`` random rows (``_training.SEARCH_ROWS``), and once
 without the search (the stream alone, from the kernel's initial hyperparameters, as before
-the search existed). Reported per fit: seconds of the search and of the whole fit, epochs,
-``converged_``, test RMSE and NLPD. Every fit runs under ``threadpool_limits(--threads)``.
+the search existed); with ``--without-inducing-stage``, once more at the default rows with
+the search's second stage skipped (the inducing inputs left at their k-means start, as
+before that stage existed). Reported per fit: seconds of the search and of the whole fit,
+epochs, ``converged_``, test RMSE and NLPD. Every fit runs under
+``threadpool_limits(--threads)``.
 
     python benchmarks/bench_search_rows.py --sets diamonds weather storms ripples --rows 1024 2048 4096
+    python benchmarks/bench_search_rows.py --sets weather storms diamonds txhousing --rows 2048 --without-inducing-stage
 
 Results: ``benchmarks/results/search_rows.json`` and a Markdown table on stdout.
 """
@@ -17,8 +22,8 @@ import os
 import sys
 import time
 import warnings
+from types import SimpleNamespace
 
-import numpy as np
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -30,10 +35,24 @@ from skgp_sparse._estimators import _fit, _training  # noqa: E402
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "search_rows.json")
 
 
-def fit_once(X, y, Xt, yt, rows, seed):
+def skip_inducing_stage(original):
+    """``optimise_collapsed`` that runs the search's first stage and skips its second (the
+    only call with ``scales``), leaving the stage's model where it starts: the first
+    stage's hyperparameters at the unmoved inducing inputs, which it then hands back."""
+
+    def optimise(*args, **kwargs):
+        if kwargs.get("scales") is not None:
+            return SimpleNamespace(n_iter=0, elbo=float("nan"))
+        return original(*args, **kwargs)
+
+    return optimise
+
+
+def fit_once(X, y, Xt, yt, rows, seed, inducing_stage=True):
     """One default fit; ``rows`` None: without the search."""
     timings = {"search": 0.0}
     original_search, original_starts = _training.search_hyperparameters, _fit.starts_with_search
+    original_optimise, original_rows = _training.optimise_collapsed, _training.SEARCH_ROWS
 
     def timed_search(*args, **kwargs):
         start = time.perf_counter()
@@ -46,6 +65,8 @@ def fit_once(X, y, Xt, yt, rows, seed):
         _fit.starts_with_search = lambda *args, **kwargs: False
     else:
         _training.SEARCH_ROWS = rows
+    if not inducing_stage:
+        _training.optimise_collapsed = skip_inducing_stage(original_optimise)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -54,8 +75,9 @@ def fit_once(X, y, Xt, yt, rows, seed):
             seconds = time.perf_counter() - start
     finally:
         _fit.search_hyperparameters, _fit.starts_with_search = original_search, original_starts
+        _training.optimise_collapsed, _training.SEARCH_ROWS = original_optimise, original_rows
     mean, std = reg.predict(Xt, return_std=True)
-    return dict(rows=rows, seconds=seconds, search_seconds=timings["search"], epochs=int(reg.n_iter_),
+    return dict(rows=rows, inducing_stage=inducing_stage, seconds=seconds, search_seconds=timings["search"], epochs=int(reg.n_iter_),
                 converged=bool(reg.converged_), rmse=float(rmse(yt, mean)), nlpd=float(gaussian_nlpd(yt, mean, std**2)))
 
 
@@ -65,6 +87,8 @@ def main():
     parser.add_argument("--rows", nargs="+", type=int, default=[1024, 2048, 4096])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--without-inducing-stage", action="store_true",
+                        help="also fit at the default rows with the search's second stage skipped")
     parser.add_argument("--out", default=RESULTS)
     args = parser.parse_args()
     results = json.load(open(args.out)) if os.path.exists(args.out) else {}
@@ -75,12 +99,15 @@ def main():
             X, Xt, y, yt = load_regression(name)
             rows = results.setdefault(name, {"n_train": int(X.shape[0]), "fits": []})
             rows["fits"] = []
-            for n_rows in [None] + list(args.rows):
-                r = fit_once(X, y, Xt, yt, n_rows, args.seed)
+            runs = [(None, True)] + [(n, True) for n in args.rows]
+            if args.without_inducing_stage:
+                runs.append((_training.SEARCH_ROWS, False))
+            for n_rows, inducing_stage in runs:
+                r = fit_once(X, y, Xt, yt, n_rows, args.seed, inducing_stage)
                 rows["fits"].append(r)
                 os.makedirs(os.path.dirname(args.out), exist_ok=True)
                 json.dump(results, open(args.out, "w"), indent=1)
-                label = "none" if n_rows is None else str(n_rows)
+                label = "none" if n_rows is None else f"{n_rows}{'' if inducing_stage else ', no inducing stage'}"
                 print(f"| {name} | {label} | {r['search_seconds']:.1f} | {r['seconds']:.1f} | {r['epochs']} | "
                       f"{'yes' if r['converged'] else 'no'} | {r['rmse']:.4f} | {r['nlpd']:.3f} |", flush=True)
 
