@@ -220,3 +220,15 @@ def test_fits_that_start_with_the_search_match_float64(monkeypatch, kind):
     reference = fc.fit(fc.estimator(kind, "coupled", 40), X, y, False)
     fitted = fc.fit(fc.estimator(kind, "coupled", 40, dtype="float32"), X, y, False)
     fc.assert_same_fit(fitted, reference, "float32", X[:30], searched=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numpy_dtypes_are_taken_for_their_names(dtype):
+    """As scikit-learn's dtype parameters: np.float32 is "float32" (the same fit, bit for bit)."""
+    X, y = fc.data()
+    by_type = SparseGPRegressor(n_inducing=8, batch_size=40, max_iter=2, dtype=dtype, random_state=0).fit(X, y)
+    by_name = SparseGPRegressor(n_inducing=8, batch_size=40, max_iter=2, dtype=np.dtype(dtype).name,
+                                random_state=0).fit(X, y)
+    np.testing.assert_array_equal(by_type.predict(X), by_name.predict(X))
+    with pytest.raises(ValueError, match="dtype"):
+        SparseGPRegressor(dtype=np.float16).fit(X, y)

@@ -14,7 +14,7 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel, Matern
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import Interval, Options, StrOptions
 
 from .. import backend
 from ..bases import BASES, ORTHOGONAL_BASES
@@ -42,7 +42,8 @@ COMMON_CONSTRAINTS = {
     "learn_inducing": ["boolean"],
     "inducing_init": [StrOptions(set(INDUCING_METHODS)), "array-like"],
     "backend": [StrOptions({"numpy", "cupy", "torch"})],
-    "dtype": [StrOptions({"float64", "float32"})],
+    # numpy's types too, as scikit-learn's dtype parameters take them.
+    "dtype": [StrOptions({"float64", "float32"}), Options(type, {np.float64, np.float32})],
     "random_state": ["random_state"],
     "verbose": ["verbose"],
     "warm_start": ["boolean"],
@@ -50,6 +51,12 @@ COMMON_CONSTRAINTS = {
     "optimizer": [StrOptions({"fmin_l_bfgs_b"}), callable, None],
     "n_restarts_optimizer": [Interval(Integral, 0, None, closed="left")],
 }
+
+def dtype_name(dtype):
+    """The estimator's ``dtype`` parameter ("float64", "float32", np.float64 or np.float32)
+    as its name."""
+    return np.dtype(dtype).name
+
 
 def check_basis_options(basis, n_orthogonal):
     """Refuse combinations that cannot work, with a message that says why."""

@@ -70,8 +70,9 @@ SHARED_DOCS = {
         device. Either fails at once, naming what is missing, without the library or a
         GPU. The training rows, minibatches and q(u) stay on the device for the whole
         fit; the fitted model holds numpy arrays, so it pickles and predicts anywhere.""",
-    "dtype": """dtype : {"float64", "float32"}, default="float64"
-        Floating dtype of the training steps, on every backend. ``"float32"`` halves the
+    "dtype": """dtype : {"float64", "float32"} or numpy type, default="float64"
+        Floating dtype of the training steps, on every backend (``np.float32`` and
+        ``np.float64`` are taken for their names). ``"float32"`` halves the
         memory of the rows and of q(u) and runs the BLAS at its float32 rate (on the
         CPU, steps at M = 1024 take about 0.56 of the float64 time). The factorisation
         of K(Z, Z) starts from a relative jitter of at least float32's epsilon and falls

@@ -17,7 +17,7 @@ from sklearn.utils.validation import column_or_1d, validate_data
 from .. import backend
 from ..inducing import MAX_ROWS
 from ..optim.loop import array_batches
-from ._common import dispatch_namespace, is_dask_collection
+from ._common import dispatch_namespace, dtype_name, is_dask_collection
 
 
 def random_rows(n_total, n_rows, rng):
@@ -298,11 +298,11 @@ def fit_device(estimator, X):
         xp = gpu_xp
     if xp is None:
         # Dask input streams in the estimator's dtype (DaskRows).
-        if estimator.dtype == "float64" or is_dask_collection(X):
+        if dtype_name(estimator.dtype) == "float64" or is_dask_collection(X):
             return None
         # float32 on the CPU: the numpy path's own code, on float32 copies of the rows.
         return FitDevice(np, None, np.float32)
-    dtype = getattr(xp, estimator.dtype)
+    dtype = getattr(xp, dtype_name(estimator.dtype))
     return FitDevice(xp, device, dtype)
 
 
@@ -373,4 +373,4 @@ def dask_training_rows(estimator, X, y, rng, reset=True, multi_output=False, y_n
     rows = np.arange(n) if rows is None else rows
     sample = np.asarray(X[rows].compute())
     sample = validate_data(estimator, sample, reset=reset, dtype=np.float64)
-    return DaskRows(X, sample, rows, dtype=estimator.dtype), y
+    return DaskRows(X, sample, rows, dtype=dtype_name(estimator.dtype)), y

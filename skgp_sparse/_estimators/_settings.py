@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass, fields
 
+from ._common import dtype_name
+
 
 @dataclass(frozen=True)
 class FitSettings:
@@ -11,7 +13,7 @@ class FitSettings:
     fit pipeline (:mod:`._fit`, :mod:`._training`) reads plain values rather than the
     estimator, and a parameter set on the estimator during the fit cannot change it.
     Each field has the meaning of the estimator parameter of the same name (see the
-    estimators' docstrings), except:
+    estimators' docstrings; ``dtype`` as its name), except:
 
     ``name``
         The estimator's class name, for messages.
@@ -47,5 +49,6 @@ class FitSettings:
     def from_estimator(cls, estimator):
         """The settings of ``estimator``'s current parameters."""
         values = {f.name: getattr(estimator, f.name) for f in fields(cls) if f.name not in ("name", "epoch_callback")}
+        values["dtype"] = dtype_name(values["dtype"])
         return cls(name=type(estimator).__name__, epoch_callback=getattr(estimator, "_epoch_callback", None),
                    **values)
