@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
-from sklearn.exceptions import NotFittedError
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.gaussian_process.kernels import RBF
 
 from skgp_sparse import SparseGPClassifier, SparseGPRegressor
@@ -249,3 +249,18 @@ def test_classifier_with_pandas_string_labels():
     clf = classifier().fit(pd.DataFrame(X, columns=["a", "b"]), y)
     assert list(clf.classes_) == ["no", "yes"]
     assert np.mean(clf.predict(pd.DataFrame(X, columns=["a", "b"])) == y.to_numpy()) > 0.9
+
+
+def test_string_regression_targets_get_gprs_message():
+    """numpy string targets: converted where they are numbers, refused as
+    GaussianProcessRegressor refuses them where they are not (not a matmul error)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20, 2))
+    with pytest.raises(ValueError, match="could not convert string to float: 'a'"):
+        SparseGPRegressor(n_inducing=5, max_iter=2).fit(X, np.array(["a", "b"] * 10))
+    numbers = np.array(["1.5", "2"] * 10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        as_text = SparseGPRegressor(n_inducing=5, max_iter=2, random_state=0).fit(X, numbers)
+        as_float = SparseGPRegressor(n_inducing=5, max_iter=2, random_state=0).fit(X, numbers.astype(float))
+    np.testing.assert_array_equal(as_text.predict(X), as_float.predict(X))

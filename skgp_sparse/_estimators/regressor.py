@@ -18,7 +18,6 @@ from ._docs import fill_docstring
 from ._common import COMMON_CONSTRAINTS, is_dask_collection, outputs_follow_input
 
 
-@fill_docstring
 @dataclass(frozen=True)
 class TargetScaling:
     """The normalisation of the training targets: y = mean + std * (targets of the fit),
@@ -29,6 +28,15 @@ class TargetScaling:
     std: np.ndarray
 
 
+def _parses_as_float(value):
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+@fill_docstring
 class SparseGPRegressor(RegressorMixin, SparseGPBase):
     """Sparse variational Gaussian process regression, fitted by minibatch natural gradients.
 
@@ -296,6 +304,13 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         return alpha
 
     def _check_targets(self, y):
+        if y.dtype.kind in "US":
+            # scikit-learn converts object arrays of strings for a numeric y, not numpy's
+            # string arrays; GaussianProcessRegressor's message, not a matmul deep inside.
+            try:
+                y = y.astype(np.float64)
+            except ValueError as error:
+                raise ValueError(f"{type(self).__name__} needs numeric targets: {error}") from None
         y2 = y.reshape(-1, 1) if y.ndim == 1 else y
         if self.likelihood != "gaussian" and y2.shape[1] != 1:
             raise ValueError(
