@@ -309,8 +309,10 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
             # string arrays; GaussianProcessRegressor's message, not a matmul deep inside.
             try:
                 y = y.astype(np.float64)
-            except ValueError as error:
-                raise ValueError(f"{type(self).__name__} needs numeric targets: {error}") from None
+            except ValueError:
+                bad = next(str(v) for v in y.ravel() if not _parses_as_float(v))
+                raise ValueError(f"{type(self).__name__} needs numeric targets: could not convert "
+                                 f"string to float: {bad!r}") from None
         y2 = y.reshape(-1, 1) if y.ndim == 1 else y
         if self.likelihood != "gaussian" and y2.shape[1] != 1:
             raise ValueError(
