@@ -264,3 +264,12 @@ def test_string_regression_targets_get_gprs_message():
         as_text = SparseGPRegressor(n_inducing=5, max_iter=2, random_state=0).fit(X, numbers)
         as_float = SparseGPRegressor(n_inducing=5, max_iter=2, random_state=0).fit(X, numbers.astype(float))
     np.testing.assert_array_equal(as_text.predict(X), as_float.predict(X))
+
+
+def test_labels_of_mixed_types_are_refused_by_name():
+    X = np.random.default_rng(0).normal(size=(20, 2))
+    mixed = np.array([1, "a"] * 10, dtype=object)
+    with pytest.raises(ValueError, match=r"y mixes labels of types \['int', 'str'\]"):
+        SparseGPClassifier(n_inducing=5, max_iter=2).fit(X, mixed)
+    with pytest.raises(ValueError, match=r"classes mixes labels of types"):
+        SparseGPClassifier(n_inducing=5).partial_fit(X, mixed.astype(str), classes=np.array([1, "a"], dtype=object))

@@ -237,7 +237,19 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
                 f"the data contain only one class: {classes[0]!r}"
             )
 
+    @staticmethod
+    def _check_label_types(labels, name="y"):
+        """Refuse labels of mixed types (numbers and strings), which neither sort nor have a
+        type scikit-learn recognises, naming the types."""
+        labels = np.asarray(labels)
+        if labels.dtype == object:
+            kinds = sorted({type(v).__name__ for v in labels.ravel()})
+            if len(kinds) > 1:
+                raise ValueError(f"{name} mixes labels of types {kinds}; give every label one type "
+                                 f"(for example {name}.astype(str))")
+
     def _fit_targets(self, y, sample_weight, warm):
+        self._check_label_types(y)
         check_classification_targets(y)
         present = y if sample_weight is None else y[sample_weight > 0]
         classes = np.unique(present)
@@ -261,6 +273,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
         if first and classes is None:
             raise ValueError("classes must be passed on the first call to partial_fit")
         if classes is not None:
+            self._check_label_types(classes, "classes")
             classes = np.unique(np.asarray(classes))
             if not first and not np.array_equal(classes, self.classes_):
                 raise ValueError(
@@ -268,6 +281,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
                     f"({self.classes_.tolist()})"
                 )
             self._check_classes(classes)
+        self._check_label_types(y)
         check_classification_targets(y)
         if first:
             self.classes_ = classes
