@@ -273,3 +273,15 @@ def test_labels_of_mixed_types_are_refused_by_name():
         SparseGPClassifier(n_inducing=5, max_iter=2).fit(X, mixed)
     with pytest.raises(ValueError, match=r"classes mixes labels of types"):
         SparseGPClassifier(n_inducing=5).partial_fit(X, mixed.astype(str), classes=np.array([1, "a"], dtype=object))
+
+
+@pytest.mark.parametrize("make_estimator", [SparseGPRegressor, SparseGPClassifier])
+def test_the_default_n_inducing_adapts_to_small_data_without_a_warning(make_estimator):
+    """Fewer rows than the default 256 inducing inputs: every row is one, and no warning
+    about a value the user never chose (a chosen value still warns: tests above)."""
+    X, y, labels = data()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="n_inducing", category=UserWarning)
+        est = make_estimator(max_iter=2, random_state=0)
+        est.fit(X[:40], (y if make_estimator is SparseGPRegressor else labels)[:40])
+    assert est.inducing_points_.shape[0] == 40

@@ -18,6 +18,7 @@ y (multi-output, numeric).
 """
 
 import copy
+import inspect
 import warnings
 
 import numpy as np
@@ -105,7 +106,10 @@ class SparseGPBase(BoundMethods, BaseEstimator):
                 UserWarning,
                 stacklevel=5,
             )
-        Z = initial_inducing_points(self.inducing_init, self.n_inducing, self.n_orthogonal, sample, kernel, rng)
+        default = inspect.signature(type(self).__init__).parameters["n_inducing"].default
+        chosen = self.n_inducing != default or self.n_orthogonal != 0
+        Z = initial_inducing_points(self.inducing_init, self.n_inducing, self.n_orthogonal, sample, kernel, rng,
+                                    chosen)
         n_outputs, n_covariances = self._latent_shape()
         # With fewer distinct rows than points asked for (clipped, with a warning), the
         # orthogonal set gives way first: the first set needs at least one point.

@@ -143,21 +143,25 @@ def latent_white_noise(kernel):
     return noise if noise.from_kernel else None
 
 
-def clipped_n_inducing(n_inducing, n_samples):
+def clipped_n_inducing(n_inducing, n_samples, chosen=True):
+    """``n_inducing`` clipped to ``n_samples``, with a warning when the user chose the value
+    (``chosen``; the default adapts to small data without one, as a default should)."""
     if n_inducing > n_samples:
-        warnings.warn(
-            f"n_inducing={n_inducing} is larger than the number of samples ({n_samples}); "
-            f"using {n_samples} inducing points",
-            UserWarning,
-            stacklevel=3,
-        )
+        if chosen:
+            warnings.warn(
+                f"n_inducing={n_inducing} is larger than the number of samples ({n_samples}); "
+                f"using {n_samples} inducing points",
+                UserWarning,
+                stacklevel=3,
+            )
         return n_samples
     return n_inducing
 
 
-def initial_inducing_points(init, n_inducing, n_orthogonal, X, kernel, rng):
+def initial_inducing_points(init, n_inducing, n_orthogonal, X, kernel, rng, chosen=True):
     """The n_inducing + n_orthogonal initial inducing inputs (the basis splits them):
-    ``init`` is the estimator's ``inducing_init``."""
+    ``init`` is the estimator's ``inducing_init``; ``chosen``: whether the user set
+    ``n_inducing`` (see :func:`clipped_n_inducing`)."""
     if not isinstance(init, str):
         Z = np.asarray(init, dtype=np.float64)
         if Z.ndim != 2 or Z.shape[1] != X.shape[1] or Z.shape[0] <= n_orthogonal:
@@ -168,7 +172,7 @@ def initial_inducing_points(init, n_inducing, n_orthogonal, X, kernel, rng):
         if not np.all(np.isfinite(Z)):
             raise ValueError("inducing_init contains NaN or inf")
         return Z
-    n_points = clipped_n_inducing(n_inducing + n_orthogonal, X.shape[0])
+    n_points = clipped_n_inducing(n_inducing + n_orthogonal, X.shape[0], chosen)
     return initial_inducing(X, n_points, init, kernel, rng)
 
 

@@ -7,8 +7,9 @@ puts the text in, so that a shared setting is described once.
 #: name -> numpydoc paragraph (its first line without the section's indentation).
 SHARED_DOCS = {
     "n_inducing": """n_inducing : int, default=256
-        Number of inducing inputs (clipped to the number of distinct training rows,
-        with a warning when it exceeds the number of samples).""",
+        Number of inducing inputs, clipped to the number of distinct training rows: the
+        default silently (on fewer than 256 rows every row is an inducing input), a value
+        you set with a warning when it exceeds the number of samples.""",
     "n_orthogonal": """n_orthogonal : int, default=0
         Size of the extra orthogonal set of the ``"orth_decoupled"`` and ``"solve"``
         bases; must be 0 for the others.""",
