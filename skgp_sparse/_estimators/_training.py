@@ -264,8 +264,9 @@ def search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale)
        the first stage's end, for at most :data:`SEARCH_INDUCING_MAX_ITER` iterations (the
        moved inputs are split back into the basis's sets). The stream's Adam steps on the
        inducing inputs recover little of what this stage finds (measured, default
-       regressor: weather test RMSE 0.2066 without it, 0.1899 with it; storms 0.2645 and
-       0.2567; diamonds 0.0986 and 0.0948). Other likelihoods skip it: their bound
+       regressor, ``benchmarks/bench_search_rows.py --without-inducing-stage``: test RMSE
+       without it and with it, weather 0.2038 and 0.1869, storms 0.2589 and 0.2507,
+       diamonds 0.0909 and 0.0904). Other likelihoods skip it: their bound
        re-optimises q(u) by a few natural steps per evaluation, and there it doubled the
        fit's time for no accuracy (measured once, default classifier, one thread: KEEL
        magic 18 s without it, 39 s with it; accuracy 0.889 with it, 0.888 and 0.894
