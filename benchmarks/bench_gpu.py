@@ -26,7 +26,7 @@ best median of the rounds counts.
     python benchmarks/bench_gpu.py --quick            # GPU smoke run: tiny grid, seconds
     python benchmarks/bench_gpu.py --cpu-smoke        # no GPU: everything on torch CPU, tiny grid
 
-Needs CuPy (``pip install 'skgp_sparse[gpu]'``) and/or a CUDA build of PyTorch, and GPyTorch.
+Needs CuPy (``pip install -e '.[gpu]'``) and/or a CUDA build of PyTorch, and GPyTorch.
 Results: benchmarks/results/gpu.json (``--quick`` and ``--cpu-smoke``: results/quick/) and a
 Markdown summary on stdout that names the GPU (docs/benchmarks.md, "GPU"). ``--cpu-smoke``
 checks the script end to end on a machine without a GPU; its timings mean nothing.
@@ -83,7 +83,7 @@ class Target:
                 import cupy
             except ImportError as exc:
                 raise SystemExit(f"--library cupy: CuPy is not installed ({exc}); pip install "
-                                 "'skgp_sparse[gpu]' or use --library torch") from exc
+                                 "-e '.[gpu]' or use --library torch") from exc
             index = int(device.split(":")[1]) if ":" in device else 0
             if cupy.cuda.runtime.getDeviceCount() <= index:
                 raise SystemExit(f"--library cupy: CuPy sees no GPU {index}")

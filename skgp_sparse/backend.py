@@ -315,7 +315,7 @@ def device_namespace(name):
             import cupy
         except ImportError as exc:
             raise ImportError(
-                "backend='cupy' needs CuPy, which is not installed: pip install 'skgp_sparse[gpu]' "
+                "backend='cupy' needs CuPy, which is not installed: pip install -e '.[gpu]' "
                 "or the cupy-cudaXXx wheel matching your CUDA (or use backend='numpy')"
             ) from exc
         try:

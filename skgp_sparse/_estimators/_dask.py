@@ -2,7 +2,7 @@
 and returns a lazy Dask array; each chunk is predicted where it lives.
 
 Imported only when an estimator is handed a Dask collection, so Dask stays an optional
-extra (``pip install "skgp_sparse[dask]"``). Training streams Dask rows through
+extra (``pip install -e '.[dask]'``). Training streams Dask rows through
 :class:`._rows.DaskRows`.
 """
 
