@@ -285,3 +285,18 @@ def test_the_default_n_inducing_adapts_to_small_data_without_a_warning(make_esti
         est = make_estimator(max_iter=2, random_state=0)
         est.fit(X[:40], (y if make_estimator is SparseGPRegressor else labels)[:40])
     assert est.inducing_points_.shape[0] == 40
+
+
+def test_warnings_name_the_users_line():
+    """A warning about a fit names the line that called it, through scikit-learn's model
+    selection too, not a line of the library."""
+    from sklearn.model_selection import cross_val_score
+
+    X, y, _ = data()
+    with pytest.warns(UserWarning) as caught:
+        SparseGPRegressor(n_inducing=500, batch_size=20, max_iter=1, random_state=0).fit(X, y)
+    with pytest.warns(UserWarning) as through_cv:
+        cross_val_score(SparseGPRegressor(n_inducing=500, batch_size=20, max_iter=1, random_state=0), X, y, cv=2)
+    for record in list(caught) + list(through_cv):
+        assert record.filename == __file__, (record.category.__name__, record.filename)
+    assert {r.category for r in caught} >= {UserWarning, ConvergenceWarning}

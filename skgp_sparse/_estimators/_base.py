@@ -19,7 +19,6 @@ y (multi-output, numeric).
 
 import copy
 import inspect
-import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -48,6 +47,7 @@ from ._objective import BoundMethods
 from ._rows import training_rows
 from ._settings import FitSettings
 from ._training import starting_jitter
+from ._warnings import warn
 
 
 class SparseGPBase(BoundMethods, BaseEstimator):
@@ -98,13 +98,12 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         kernel = resolve_kernel(self.kernel, sample.shape[1], feature_scale(sample, sample_weight),
                                 matern_nu=self._DEFAULT_MATERN_NU)
         if self.learn_inducing and not kernel.has_input_gradient:
-            warnings.warn(
+            warn(
                 f"{type(self).__name__}: the kernel {kernel.to_sklearn()!r} has parts without an input "
                 "derivative in scikit-learn's kernel API, so the inducing inputs stay at their initial "
                 "values; set learn_inducing=False to silence this, or use kernels of "
                 "skgp_sparse.kernels.COMPILED_KERNELS to learn them",
                 UserWarning,
-                stacklevel=5,
             )
         default = inspect.signature(type(self).__init__).parameters["n_inducing"].default
         chosen = self.n_inducing != default or self.n_orthogonal != 0

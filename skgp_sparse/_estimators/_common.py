@@ -9,7 +9,6 @@ serves predictions in chunks and on devices; :mod:`._rows` holds the training ro
 import copy
 import dataclasses
 import functools
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -22,6 +21,7 @@ from ..inducing import METHODS as INDUCING_METHODS
 from ..inducing import initial_inducing
 from ..kernels import compile_kernel
 from ..likelihoods import NoiseParameter
+from ._warnings import warn
 
 #: Rows per chunk at prediction time: bounds memory at O(chunk * M) whatever the input size.
 PREDICT_CHUNK = 4096
@@ -148,11 +148,10 @@ def clipped_n_inducing(n_inducing, n_samples, chosen=True):
     (``chosen``; the default adapts to small data without one, as a default should)."""
     if n_inducing > n_samples:
         if chosen:
-            warnings.warn(
+            warn(
                 f"n_inducing={n_inducing} is larger than the number of samples ({n_samples}); "
                 f"using {n_samples} inducing points",
                 UserWarning,
-                stacklevel=3,
             )
         return n_samples
     return n_inducing

@@ -1,11 +1,11 @@
 """What a finished fit tells its user: parameters stuck on a bound, jitter above the noise."""
 
-import warnings
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from ..linalg import JitterWarning
+from ._warnings import warn
 
 
 def _near(value, bound, tolerance):
@@ -34,24 +34,22 @@ def warn_at_bounds(estimator_name, kernel, tolerance, noise=None):
             low, high = bounds[index]
             for side, bound, advice in (("lower", low, "Decreasing"), ("upper", high, "Increasing")):
                 if _near(theta[index], bound, tolerance):
-                    warnings.warn(
+                    warn(
                         f"{estimator_name}: the fitted value of dimension {dim} of the kernel parameter "
                         f"{hyper.name} ({np.exp(theta[index]):.3g}) is at its {side} bound {np.exp(bound):.3g}. "
                         f"{advice} the bound and calling fit again may find a better value.",
                         ConvergenceWarning,
-                        stacklevel=4,
                     )
             index += 1
     if noise is not None:
         value, (low, high) = noise
         for side, bound, advice in (("lower", low, "Decrease"), ("upper", high, "Increase")):
             if _near(np.log(value), np.log(bound), tolerance):
-                warnings.warn(
+                warn(
                     f"{estimator_name}: the fitted noise variance ({value:.3g}) is at the {side} bound "
                     f"{bound:.3g} of noise_variance_bounds. {advice} that bound and calling fit again may "
                     "find a better value.",
                     ConvergenceWarning,
-                    stacklevel=4,
                 )
 
 
@@ -63,12 +61,11 @@ def warn_scale_at_bounds(estimator_name, likelihood, tolerance):
     low, high = (float(b[position]) for b in likelihood.log_bounds)
     for side, bound, advice in (("lower", low, "Decrease"), ("upper", high, "Increase")):
         if _near(log_scale, bound, tolerance):
-            warnings.warn(
+            warn(
                 f"{estimator_name}: the fitted Student-t scale ({np.exp(log_scale):.3g}) is at its {side} "
                 f"bound {np.exp(bound):.3g}, the square root of that of noise_variance_bounds. {advice} "
                 "that bound and calling fit again may find a better value.",
                 ConvergenceWarning,
-                stacklevel=4,
             )
 
 
@@ -76,12 +73,11 @@ def warn_jitter_above_noise(estimator_name, absolute_jitter, noise_variance):
     """A JitterWarning when the jitter on K(Z, Z) is not small against the noise it competes with."""
     if noise_variance is None or absolute_jitter <= noise_variance:
         return
-    warnings.warn(
+    warn(
         f"{estimator_name}: factorising K(Z, Z) needed a jitter of {absolute_jitter:.3g}, more than the "
         f"noise variance {noise_variance:.3g}. The bound then loses about jitter / (2 noise) nats per "
         "well-determined inducing direction and favours small kernel amplitudes. Remove duplicated or "
         "nearly equal inducing inputs (fewer n_inducing), raise the lower bound of the noise, or "
         "standardise X.",
         JitterWarning,
-        stacklevel=4,
     )

@@ -7,7 +7,6 @@ constants below are the measured defaults of that machinery (docs/benchmarks.md,
 "Default settings").
 """
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +20,7 @@ from ..optim.stopping import MAX_GRADIENT_SNR, StoppingRule
 from .. import backend
 from ._common import feature_scale, state_to
 from ._fit_report import warn_at_bounds, warn_jitter_above_noise, warn_scale_at_bounds
+from ._warnings import warn
 
 #: jitter="auto": the relative jitter on K(Z, Z) is at most this, and the absolute jitter
 #: at most this fraction of the noise variance. The bound loses about jitter / (2 noise)
@@ -201,12 +201,11 @@ def run_collapsed(settings, model, rows, Y, rng, x_scale):
             history.n_steps += search.n_evaluations
             history.converged = search.converged
     if not history.converged:
-        warnings.warn(
+        warn(
             f"{settings.name}: the search of the collapsed bound stopped before converging, "
             f"after {search.message}; the fitted hyperparameters may not be optimal. Increase max_iter, "
             "or rescale X and y (normalize_y=True) or start the kernel closer to the data's scales.",
             ConvergenceWarning,
-            stacklevel=4,
         )
     return history, search.elbo
 
@@ -401,11 +400,10 @@ def run_training(settings, model, rows, Y, rng, steps_done=0, x_scale=None):
         _state_to_host(model)
         step_tolerance = settings.learning_rate
         if not history.converged:
-            warnings.warn(
+            warn(
                 f"{name} stopped at max_iter={settings.max_iter} epochs before converging: "
                 f"{stopping.reason_not_converged()}; increase max_iter (or tol)",
                 ConvergenceWarning,
-                stacklevel=3,
             )
     report_fit(name, model, step_tolerance)
     return history, schedule, bound
@@ -461,12 +459,11 @@ def run_partial_pass(settings, model, rows, Y, stream):
 
 
 def warn_interrupted(settings, history):
-    warnings.warn(
+    warn(
         f"{settings.name}: fit interrupted (KeyboardInterrupt) after {history.n_steps} "
         "steps; the estimator holds the model of the last completed step, which predicts "
         "normally (call fit again, with warm_start=True to continue)",
         FitInterruptedWarning,
-        stacklevel=4,
     )
 
 

@@ -1,6 +1,5 @@
 """SparseGPRegressor: the scikit-learn face of sparse variational GP regression."""
 
-import warnings
 from dataclasses import dataclass
 from numbers import Real
 
@@ -16,6 +15,7 @@ from ..likelihoods import GaussianLikelihood, NoiseParameter, PoissonLikelihood,
 from ._base import SparseGPBase
 from ._docs import fill_docstring
 from ._common import COMMON_CONSTRAINTS, is_dask_collection, outputs_follow_input
+from ._warnings import warn
 
 
 @dataclass(frozen=True)
@@ -320,12 +320,11 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
                 "(fit one regressor per column, or use likelihood='gaussian')"
             )
         if self.likelihood != "gaussian" and y.ndim == 2:
-            warnings.warn(
+            warn(
                 "A column-vector y was passed when a 1d array was expected (the "
                 f"{self.likelihood} likelihood models one target column); predictions will be 1d. "
                 "Pass y.ravel() to silence this.",
                 DataConversionWarning,
-                stacklevel=4,
             )
         if self.likelihood == "poisson":
             PoissonLikelihood.check_targets(y2)
