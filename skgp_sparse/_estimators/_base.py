@@ -28,6 +28,7 @@ from .. import backend
 from ..bases import BASES
 from ..elbo import TargetLayout, VariationalModel
 from ..kernels import compile_kernel
+from ..optim.loop import hyperparameters
 from ._common import (
     check_basis_options,
     check_n_data,
@@ -135,6 +136,8 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         state = BASES["coupled"].init_state(inducing, n_outputs=n_outputs, n_covariances=n_covariances)
         search = self._build_model(copy.deepcopy(model.kernel), state, n_rows, basis="coupled",
                                    learn_inducing=learn_inducing)
+        # The likelihood is built afresh: its learned parameters (the noise) come from model.
+        search.set_adam_params(hyperparameters(model))
         search.layout = model.layout
         search.jitter = model.jitter
         return search
@@ -160,7 +163,7 @@ class SparseGPBase(BoundMethods, BaseEstimator):
     # --- fitting --------------------------------------------------------------------
     def _fit(self, X, y, sample_weight):
         settings = FitSettings.from_estimator(self)
-        check_basis_options(settings.basis, settings.n_orthogonal)
+        check_basis_options(self.basis, self.n_orthogonal)
         rng = generator_from(self.random_state)
         rows, y = training_rows(self, X, y, rng, **self._data_checks)
         weights = check_sample_weight(sample_weight, rows.n_rows)
@@ -184,7 +187,7 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         settings = FitSettings.from_estimator(self)
         first = not hasattr(self, "variational_state_")
         if first:
-            check_basis_options(settings.basis, settings.n_orthogonal)
+            check_basis_options(self.basis, self.n_orthogonal)
         stream = getattr(self, "_stream_state", None)
         rng = generator_from(self.random_state) if stream is None else stream.rng
         rows, y = training_rows(self, X, y, rng, reset=first, **self._data_checks)

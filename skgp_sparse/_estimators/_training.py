@@ -15,7 +15,7 @@ from sklearn.exceptions import ConvergenceWarning
 from ..linalg import FLOAT32_MIN_JITTER
 from ..optim import Adam, NaturalStepSchedule, train
 from ..optim.fullbatch import optimal_q, optimise_collapsed
-from ..optim.loop import HYPERPARAMETERS, History, settle_variational
+from ..optim.loop import History, hyperparameters, settle_variational
 from ..optim.stopping import MAX_GRADIENT_SNR, StoppingRule
 from .. import backend
 from ._common import feature_scale, state_to
@@ -284,16 +284,13 @@ def search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale)
     result = optimise_collapsed(search, X, Y, optimizer, settings.n_restarts_optimizer, rng,
                                 verbose=settings.verbose > 1, trust_region=True, tol=settings.tol,
                                 max_iter=SEARCH_FIRST_STAGE_MAX_ITER if second_stage else SEARCH_MAX_ITER)
-    hyperparameters = _hyperparameters(search)
-    model.set_adam_params(hyperparameters)
+    model.set_adam_params(hyperparameters(search))
     if second_stage:
         search = search_model(model, model.n_data, True)
-        search.set_adam_params(hyperparameters)
         result = optimise_collapsed(search, X, Y, optimizer, 0, rng, scales={"inducing": x_scale},
                                     verbose=settings.verbose > 1, max_iter=SEARCH_INDUCING_MAX_ITER,
                                     tol=settings.tol)
-        model.set_adam_params(_hyperparameters(search))
-        model.set_adam_params(_split_like(model.state, fields, search.state.inducing))
+        model.set_adam_params({**hyperparameters(search), **_split_like(model.state, fields, search.state.inducing)})
         model.state.drop_caches()
     if settings.jitter == "auto" and model.noise is not None:
         # The jitter follows the noise the search found (it was set for the initial noise).
@@ -302,11 +299,6 @@ def search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale)
         print(f"exact search on {X.shape[0]} rows: {result.n_iter} iterations, bound per row "
               f"{result.elbo / search.rows_counted:.4f}")
     return result
-
-
-def _hyperparameters(model):
-    """The values of ``model``'s hyperparameters (kernel, noise, likelihood) as Adam holds them."""
-    return {name: value for name, value in model.adam_params().items() if name in HYPERPARAMETERS}
 
 
 def _split_like(state, fields, points):

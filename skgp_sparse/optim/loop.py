@@ -196,6 +196,12 @@ def train(
 HYPERPARAMETERS = ("theta", "log_noise", "likelihood")
 
 
+def hyperparameters(model):
+    """The values of ``model``'s hyperparameters (:data:`HYPERPARAMETERS`) as Adam holds
+    them, for ``set_adam_params``."""
+    return {name: value for name, value in model.adam_params().items() if name in HYPERPARAMETERS}
+
+
 def hyperparameter_gradient(params, bounds, grads, rows_counted):
     """The minibatch gradient per row of the hyperparameters as one numpy vector, zero
     where a parameter rests on a bound (its gradient pushes into the bound for good); None
