@@ -21,7 +21,6 @@ Markdown table on stdout.
 
 import argparse
 import json
-import platform
 import sys
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_defaults import (RESULTS_DIR, SETS_BINARY, SETS_MULTICLASS, SETS_REGRESSION, evaluate,
-                            library_commit, load_sets_data, make_estimator, metric_names, save,
+                            load_sets_data, make_estimator, meta, metric_names, save,
                             side_by_side_arguments, timed_fit)
 
 KERNELS = ("rbf", "matern52")
@@ -88,8 +87,7 @@ def main():
     path = args.out or RESULTS_DIR / ("quick" if args.quick else "") / "default_kernel.json"
     results = json.loads(path.read_text()) if path.exists() else {"sets": {}}
     if not args.report:
-        results["meta"] = dict(machine=platform.platform(), threads=args.threads, seed=args.seed,
-                               commit=library_commit(), quick=args.quick)
+        results["meta"] = meta(args)
         for name in args.sets:
             row = results["sets"].setdefault(name, {})
             for kernel_name in KERNELS:

@@ -24,14 +24,13 @@ and a Markdown table on stdout.
 
 import argparse
 import json
-import platform
 import sys
 from pathlib import Path
 
 # The package of this checkout, not whichever one is installed.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_defaults import (RESULTS_DIR, evaluate, library_commit, load_sets_data, make_estimator, metric_names, save,
+from bench_defaults import (RESULTS_DIR, evaluate, load_sets_data, make_estimator, meta, metric_names, save,
                             side_by_side_arguments, timed_fit)
 
 SETS = ("diamonds", "weather", "storms", "simdat", "movies", "magic", "ring", "phoneme")
@@ -66,8 +65,7 @@ def main():
     path = args.out or RESULTS_DIR / ("quick" if args.quick else "") / "full_batch_rows.json"
     results = json.loads(path.read_text()) if path.exists() else {"runs": {}}
     if not args.report:
-        results["meta"] = dict(machine=platform.platform(), threads=args.threads, seed=args.seed,
-                               commit=library_commit(), quick=args.quick)
+        results["meta"] = meta(args)
         for name in args.sets:
             task, X, Xt, y, yt, _ = load_sets_data(name, args)
             for n in args.rows:
