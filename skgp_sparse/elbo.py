@@ -260,6 +260,52 @@ class VariationalModel:
             grads[field] = field_bars[field]
         return BatchResult(elbo, grads, tape, d_mean, d_var)
 
+    def collapses(self):
+        """Whether :meth:`collapsed_evaluate` answers: the bound with q(u) optimal exists in
+        closed form (:meth:`natural_step_is_exact`), the basis writes it in one pass
+        (``collapsed_bound``), and every row's noise is the one learned variance (no known
+        per-row noise, no latent white noise)."""
+        return (
+            self.natural_step_is_exact()
+            and hasattr(self.basis, "collapsed_bound")
+            and self.noise is not None
+            and self.latent_noise is None
+            and not (self.layout is not None and self.layout.known_noise)
+        )
+
+    def collapsed_evaluate(self, X, Y):
+        """The bound on the rows (X, Y), counted as all N, with q(u) at its optimum there,
+        and its gradient in every parameter Adam moves (q(u) itself is not set: see
+        :meth:`natural_step`). The value and gradient of :meth:`evaluate` after a natural
+        step of size one on the same rows, in one pass (see :meth:`collapses`).
+
+        Returns
+        -------
+        BatchResult
+            Without a tape or adjoints.
+        """
+        xp = backend.namespace(X)
+        Y, weights, _ = (Y, None, {}) if self.layout is None else self.layout.split(Y)
+        scale = self.n_data / X.shape[0]
+        counts = scale if weights is None else scale * xp.reshape(weights, (-1,))
+        variance = self.noise.value
+        # One precision per row, in the rows' library, device and dtype.
+        beta = xp.ones_like(X[:, 0]) * (counts / variance)
+        bound, used = self.basis.collapsed_bound(self.kernel, X, Y, beta, self.state, self.jitter)
+        self.jitter = max(self.jitter, used)
+        n_outputs = Y.shape[1]
+        total_count = scale * X.shape[0] if weights is None else float(xp.sum(counts))
+        elbo = bound.value - 0.5 * n_outputs * total_count * float(np.log(2.0 * np.pi * variance))
+        grads = {"theta": bound.theta_bar}
+        # Every precision is count / variance: d/d log(variance) scales each by -1.
+        d_log_noise = self.noise.scatter_gradient(-bound.beta_scaling_bar - 0.5 * n_outputs * total_count,
+                                                  bound.theta_bar)
+        if d_log_noise is not None and self.noise.learned:
+            grads["log_noise"] = np.array([d_log_noise])
+        if "inducing" in self.learn_fields:
+            grads["inducing"] = bound.inducing_bar
+        return BatchResult(elbo, grads, None, None, None)
+
     def _split(self, Y, var):
         """Targets, weights, latent variances and likelihood keyword arguments of a training
         array (see :class:`TargetLayout`): a known per-row noise goes to a likelihood that

@@ -117,7 +117,13 @@ def test_inducing_at_every_input_finds_gaussian_process_regressors_optimum(case)
 def test_bound_at_gprs_theta_with_tiny_noise_is_gprs_log_marginal_likelihood():
     """Noise 1e-10 (inducing inputs at the data): the bound and its gradient at GPR's fitted
     theta, and at a point away from it, are GPR's log marginal likelihood and its gradient
-    (1e-5 nats per row; gradient to 1e-3 relative)."""
+    (1e-5 nats per row; gradient to 1e-3 relative, 1e-2 absolute).
+
+    At this noise the gradient sums terms of order 1e12 that cancel to GPR's 1e-6 at its
+    optimum; what is left is their rounding, in multiples of 2^-11 (measured: 4.9e-4 to
+    1.5e-3 as the fitted model moves in its last bits with the search's path, which is why
+    the absolute tolerance is 1e-2 and not the 1e-3 it once passed at by luck). One step
+    away the gradient is 12.85, so the check still tells GPR's gradient from any other."""
     X, y = separated()
     kernel = ConstantKernel(1.0) * Matern(1.0, nu=2.5)
     gpr = GaussianProcessRegressor(kernel, alpha=1e-10).fit(X, y)
@@ -126,7 +132,7 @@ def test_bound_at_gprs_theta_with_tiny_noise_is_gprs_log_marginal_likelihood():
         value, grad = ours.log_marginal_likelihood(X, y, theta, eval_gradient=True)
         g_value, g_grad = gpr.log_marginal_likelihood(theta, eval_gradient=True)
         assert abs(value - g_value) <= 1e-5 * X.shape[0]
-        np.testing.assert_allclose(grad, g_grad, rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(grad, g_grad, rtol=1e-3, atol=1e-2)
 
 
 # --- 2. the bound of a fitted model and its gradient ---------------------------------------

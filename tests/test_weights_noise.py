@@ -55,8 +55,11 @@ def test_weighted_elbo_equals_repeated_rows(data):
 def test_integer_weights_fit_the_model_of_repeated_rows(data, basis):
     """The two fits differ only in the order of their floating-point sums, and their
     stopping rules end them where the bound has stopped rising, so they stop at nearby
-    points (measured: bounds 5.8e-5 apart on solve, 2e-9 on coupled; predictions within
-    2.7e-5). The inducing inputs stay fixed: moved by the exact search's L-BFGS-B and by
+    points. The solve basis's fit ends in full-batch Adam steps, which wander about the
+    optimum: its bounds were 5.8e-5 and 3.7e-3 apart before and after the exact search
+    changed its sums (2e-9 on coupled; predictions within 7e-5), so the bounds may part
+    by 1e-4 nats per row counted (here 0.0099; a fit that ignored the weights is 60 nats
+    away). The inducing inputs stay fixed: moved by the exact search's L-BFGS-B and by
     Adam, the two paths part along the flattest directions (bounds 0.08 apart on solve)."""
     X, y, w = data
     settings = dict(basis=basis, n_inducing=12, inducing_init=X[w > 0][:12], batch_size=None, max_iter=300,
@@ -64,7 +67,8 @@ def test_integer_weights_fit_the_model_of_repeated_rows(data, basis):
     kernel = ConstantKernel(1.0) * RBF([1.0, 1.0])
     weighted = SparseGPRegressor(kernel, **settings).fit(X, y, sample_weight=w)
     repeated = SparseGPRegressor(kernel, **settings).fit(np.repeat(X, w, axis=0), np.repeat(y, w))
-    assert weighted.log_marginal_likelihood_value_ == pytest.approx(repeated.log_marginal_likelihood_value_, abs=1e-3)
+    assert weighted.log_marginal_likelihood_value_ == pytest.approx(repeated.log_marginal_likelihood_value_,
+                                                                     abs=1e-4 * w.sum())
     np.testing.assert_allclose(weighted.predict(X), repeated.predict(X), atol=2e-3)
 
 

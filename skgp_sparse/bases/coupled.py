@@ -45,13 +45,13 @@ from ._fused import (
     xp_folded_adjoint,
     xp_scaled_difference,
 )
-from .toolkit import blocks, copy_array, same_values, signed_gram, summed_var_adjoint
+from . import _collapsed
+from .toolkit import blocks, copy_array, factor_kzz, same_values, signed_gram, summed_var_adjoint
 from .. import backend as be
 from ..linalg import (
     CholeskyError,
     gram,
     inverse_cholesky_factor,
-    jittered_cholesky,
     jittered_cholesky_backward,
     mm,
     solve_triangular,
@@ -146,6 +146,11 @@ FOLDED_FORM_MAX_CONDITION = 1e10
 #: The folded form saves two O(B M^2) products and pays about four O(M^3) ones: it is the
 #: faster one from about two rows per inducing point up (measured at M = 256 and 1024).
 FOLDED_FORM_MIN_ROWS_PER_POINT = 2
+
+#: The bound with q(v) at its optimum under Gaussian noise, and its gradient, in one pass
+#: (:mod:`._collapsed`): what an exact search evaluates instead of a natural step and two
+#: passes of the functions below.
+collapsed_bound = _collapsed.collapsed_bound
 
 
 class TapeBase:
@@ -263,16 +268,6 @@ class FoldedTape(TapeBase):
             add_scaled_inplace(kzx_bar, self.middle_kzx[c], h[:, c])
         self.middle_kzx = None
         return kzx_bar
-
-
-def factor_kzz(kernel, Z, jitter, need_grad):
-    """Jittered Cholesky of K_zz; returns (L_k, relative jitter used, backward or None)."""
-    if need_grad:
-        kzz, back = kernel.vjp(Z)
-    else:
-        kzz, back = kernel(Z), None
-    low_k, used = jittered_cholesky(kzz, jitter, what="K(Z, Z) of the inducing inputs")
-    return low_k, used, back
 
 
 def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):

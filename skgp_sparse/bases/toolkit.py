@@ -10,7 +10,7 @@ device.
 import numpy as np
 
 from .. import backend as be
-from ..linalg import gram, mm
+from ..linalg import gram, jittered_cholesky, mm
 
 
 def copy_array(a):
@@ -74,3 +74,13 @@ def signed_gram(a, h):
     if bool(xp.all(h >= 0)):
         return gram(a * xp.sqrt(h))
     return mm(a * h, a, trans_b=True)
+
+
+def factor_kzz(kernel, Z, jitter, need_grad):
+    """Jittered Cholesky of K_zz; returns (L_k, relative jitter used, backward or None)."""
+    if need_grad:
+        kzz, back = kernel.vjp(Z)
+    else:
+        kzz, back = kernel(Z), None
+    low_k, used = jittered_cholesky(kzz, jitter, what="K(Z, Z) of the inducing inputs")
+    return low_k, used, back

@@ -134,9 +134,19 @@ class CollapsedObjective:
         self.n_evaluations += 1
         return model.evaluate(self.X, self.Y)
 
+    def _bound(self, vector):
+        """The bound and its gradient at ``vector``, q(u) at its optimum: in one pass
+        where the model has its collapsed form (the model's q(u) is then left as it was;
+        :meth:`set` moves it), else through :meth:`set`."""
+        if not (self.exact and self.model.collapses()):
+            return self.set(vector)
+        self.model.set_adam_params(self.packing.unpack(np.asarray(vector, dtype=np.float64)))
+        self.n_evaluations += 1
+        return self.model.collapsed_evaluate(self.X, self.Y)
+
     def __call__(self, vector, eval_gradient=True):
         try:
-            result = self.set(vector)
+            result = self._bound(vector)
         except CholeskyError:
             # A trial point so extreme (a vanishing noise, say) that q's optimum cannot be
             # factorised; the starting point itself must work.
