@@ -544,12 +544,16 @@ def test_full_batch_elbo_is_the_recorded_bound(basis, n_orthogonal, normalize_y)
         assert moved.log_marginal_likelihood_value_ == pytest.approx(reg.log_marginal_likelihood_value_, rel=1e-6)
 
 
-def test_auto_batch_size_is_one_batch_up_to_8192_rows_and_1024_above():
+def test_auto_batch_size_is_one_batch_up_to_2048_rows_and_1024_above():
+    from skgp_sparse._estimators import _training
+
+    # One batch is the stream's own exact search over every row (see AUTO_FULL_BATCH_ROWS).
+    assert _training.AUTO_FULL_BATCH_ROWS == _training.SEARCH_ROWS == 2048
     rng = np.random.default_rng(0)
-    X = rng.uniform(-3, 3, (8193, 1))
-    y = np.sin(2 * X[:, 0]) + 0.2 * rng.standard_normal(8193)
+    X = rng.uniform(-3, 3, (2049, 1))
+    y = np.sin(2 * X[:, 0]) + 0.2 * rng.standard_normal(2049)
     settings = dict(n_inducing=10, max_iter=2, random_state=0)
-    for n, explicit in ((8192, None), (8193, 1024)):
+    for n, explicit in ((2048, None), (2049, 1024)):
         auto = SparseGPRegressor(**settings).fit(X[:n], y[:n])
         same = SparseGPRegressor(batch_size=explicit, **settings).fit(X[:n], y[:n])
         np.testing.assert_array_equal(auto.predict(X[:50]), same.predict(X[:50]))

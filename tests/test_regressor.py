@@ -314,3 +314,45 @@ def test_return_cov_diagonal_is_return_std_squared_on_rank_deficient_kernels(ker
         assert np.all(np.isfinite(std))
         assert np.all(np.diag(cov) >= 0)
         np.testing.assert_allclose(np.diag(cov), std**2, rtol=1e-8, atol=1e-12)
+
+
+# --- before fit: the prior, as GaussianProcessRegressor's ----------------------------------
+@pytest.mark.parametrize("n_targets", [None, 3])
+def test_unfitted_predictions_and_draws_are_gprs_prior(n_targets):
+    """Ours with noise_variance s2 against GPR with the same kernel plus WhiteKernel(s2):
+    GPR's prior is that of its kernel, ours includes the observation noise as predict does."""
+    X = np.random.default_rng(0).uniform(-2, 2, (7, 2))
+    kernel = ConstantKernel(1.5) * Matern([0.7, 1.3], nu=2.5)
+    ours = SparseGPRegressor(kernel, noise_variance=0.2, n_targets=n_targets)
+    gpr = GaussianProcessRegressor(kernel + WhiteKernel(0.2), n_targets=n_targets)
+    def outputs(result):
+        return result if isinstance(result, tuple) else (result,)
+
+    for flag in ({}, {"return_std": True}, {"return_cov": True}):
+        for a, b in zip(outputs(ours.predict(X, **flag)), outputs(gpr.predict(X, **flag))):
+            assert a.shape == b.shape
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ours.sample_y(X, 4, random_state=1), gpr.sample_y(X, 4, random_state=1), rtol=1e-8,
+                               atol=1e-8)
+
+
+def test_unfitted_prior_of_a_white_kernel_counts_the_noise_once():
+    X = np.linspace(0, 1, 5)[:, None]
+    kernel = ConstantKernel(1.0) * RBF(0.5) + WhiteKernel(0.3)
+    _, std = SparseGPRegressor(kernel, noise_variance=5.0).predict(X, return_std=True)
+    np.testing.assert_allclose(std, np.sqrt(1.3))
+    _, default_std = SparseGPRegressor().predict(X, return_std=True)
+    np.testing.assert_allclose(default_std, np.sqrt(1.1))  # amplitude 1 plus the default noise 0.1
+
+
+def test_unfitted_non_gaussian_regressor_says_it_needs_fit():
+    from sklearn.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError, match="likelihood='gaussian' only"):
+        SparseGPRegressor(likelihood="poisson").predict(np.zeros((2, 1)))
+
+
+def test_n_targets_must_match_y():
+    X = np.random.default_rng(0).uniform(-2, 2, (30, 1))
+    with pytest.raises(ValueError, match="y has 1 target column.*n_targets=2"):
+        SparseGPRegressor(n_targets=2, n_inducing=5, max_iter=2).fit(X, X[:, 0])

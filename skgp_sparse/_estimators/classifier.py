@@ -82,7 +82,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
     %(kl_columns)s
     batch_size : int, "auto" or None, default=1024
         Rows per training step; None (or a value at least the number of samples) means
-        full batch; "auto" means batches of 1,024 (the regressor's "auto" takes up to 8,192 rows
+        full batch; "auto" means batches of 1,024 (the regressor's "auto" takes up to 2,048 rows
         as one batch only where that batch is a search of the collapsed bound).
     %(max_iter)s
     %(tol)s

@@ -1,12 +1,14 @@
 """SparseGPRegressor: the scikit-learn face of sparse variational GP regression."""
 
 from dataclasses import dataclass
-from numbers import Real
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import RegressorMixin, _fit_context
 from sklearn.exceptions import DataConversionWarning
 from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.exceptions import NotFittedError
+from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted
 
 from .. import backend
@@ -14,7 +16,7 @@ from ..kernels import compile_kernel
 from ..likelihoods import GaussianLikelihood, NoiseParameter, PoissonLikelihood, StudentTLikelihood
 from ._base import SparseGPBase
 from ._docs import fill_docstring
-from ._common import COMMON_CONSTRAINTS, is_dask_collection, outputs_follow_input
+from ._common import COMMON_CONSTRAINTS, default_kernel, is_dask_collection, outputs_follow_input
 from ._warnings import warn
 
 
@@ -90,8 +92,8 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         full batch: then, under the Gaussian likelihood, the coupled and orthogonally
         decoupled bases maximise the collapsed bound (q(u) optimal for every
         hyperparameter) with ``optimizer``, as GaussianProcessRegressor maximises its log
-        marginal likelihood. "auto": that search on up to 8,192 rows, batches of 1,024
-        otherwise (above 8,192 rows, other likelihoods and bases, ``partial_fit``).
+        marginal likelihood. "auto": that search on up to 2,048 rows, batches of 1,024
+        otherwise (above 2,048 rows, other likelihoods and bases, ``partial_fit``).
     %(max_iter)s
     %(tol)s
     n_iter_no_change : int, default=3
@@ -131,6 +133,10 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
     %(verbose)s
     warm_start : bool, default=False
         Continue from the previous fit's inducing inputs, q(u), kernel and noise.
+    n_targets : int >= 1, default=None
+        The number of target columns, as in GaussianProcessRegressor: the number of
+        outputs of predictions and draws from the prior (before ``fit``; None: one), and
+        checked against y by ``fit``.
 
     Attributes
     ----------
@@ -175,6 +181,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         "normalize_y": ["boolean"],
         "likelihood": [StrOptions({"gaussian", "student_t", "poisson"})],
         "alpha": [Interval(Real, 0, None, closed="left"), "array-like"],
+        "n_targets": [Interval(Integral, 1, None, closed="left"), None],
     }
 
     def __init__(
@@ -207,6 +214,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         random_state=None,
         verbose=0,
         warm_start=False,
+        n_targets=None,
     ):
         self.kernel = kernel
         self.likelihood = likelihood
@@ -235,12 +243,15 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         self.random_state = random_state
         self.verbose = verbose
         self.warm_start = warm_start
+        self.n_targets = n_targets
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         # The non-Gaussian likelihoods model one target column; Poisson targets are >= 0.
         tags.target_tags.multi_output = self.likelihood == "gaussian"
         tags.target_tags.positive_only = self.likelihood == "poisson"
+        # Before fit, predict and sample_y give the prior (GaussianProcessRegressor's tag).
+        tags.requires_fit = self.likelihood != "gaussian"
         return tags
 
     # --- what the shared core asks of the regressor ----------------------------------
@@ -314,6 +325,9 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
                 raise ValueError(f"{type(self).__name__} needs numeric targets: could not convert "
                                  f"string to float: {bad!r}") from None
         y2 = y.reshape(-1, 1) if y.ndim == 1 else y
+        if self.n_targets is not None and y2.shape[1] != self.n_targets:
+            raise ValueError(f"y has {y2.shape[1]} target column(s) but n_targets={self.n_targets}; "
+                             "set n_targets to the columns of y, or to None")
         if self.likelihood != "gaussian" and y2.shape[1] != 1:
             raise ValueError(
                 f"likelihood={self.likelihood!r} models one target column; y has {y2.shape[1]} "
@@ -487,7 +501,8 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
 
     @outputs_follow_input
     def predict(self, X, return_std=False, return_cov=False):
-        """Predictive distribution of y at X (observation noise included).
+        """Predictive distribution of y at X (observation noise included); before ``fit``,
+        the prior's, as GaussianProcessRegressor's (Gaussian likelihood).
 
         Parameters
         ----------
@@ -511,6 +526,8 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         """
         if return_std and return_cov:
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
+        if not hasattr(self, "kernel_") and not is_dask_collection(X):
+            return self._prior_predictive(X, return_std, return_cov)
         check_is_fitted(self)
         if is_dask_collection(X):
             if return_cov:
@@ -528,6 +545,34 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         if not return_std:
             return y_mean_out
         return y_mean_out, self._to_output_shape(np.ascontiguousarray(np.sqrt(y_var) * scale))
+
+    def _prior_predictive(self, X, return_std, return_cov):
+        """``predict`` before ``fit``: the prior of y at X, as GaussianProcessRegressor's.
+
+        The prior mean is zero and the covariance ``kernel(X)`` plus the observation noise
+        (``noise_variance``, unless a top-level WhiteKernel in ``kernel`` carries it), on
+        the normalised scale, for each of ``n_targets`` outputs. With ``kernel=None`` the
+        kernel is the default family at its start before any data: amplitude 1, every
+        length scale 1.
+        """
+        if self.likelihood != "gaussian":
+            raise NotFittedError(
+                f"This {type(self).__name__} instance is not fitted yet; its prior predictions "
+                f"exist for likelihood='gaussian' only (not {self.likelihood!r}). Call 'fit' first.")
+        X = check_array(X, dtype=np.float64)
+        kernel = default_kernel(X.shape[1], matern_nu=self._DEFAULT_MATERN_NU) if self.kernel is None else self.kernel
+        # sklearn kernels put a WhiteKernel's level on the diagonal of kernel(X); any
+        # other kernel leaves the noise to noise_variance.
+        noise = 0.0 if compile_kernel(kernel, white_as_noise=True).carries_white_noise else self.noise_variance
+        n_targets = 1 if self.n_targets is None else self.n_targets
+        mean = np.zeros((X.shape[0], n_targets))
+        if return_cov:
+            cov = kernel(X) + noise * np.eye(X.shape[0])
+            return self._to_output_shape(mean), cov if n_targets == 1 else np.repeat(cov[:, :, None], n_targets, -1)
+        if not return_std:
+            return self._to_output_shape(mean)
+        std = np.sqrt(kernel.diag(X) + noise)
+        return self._to_output_shape(mean), self._to_output_shape(np.repeat(std[:, None], n_targets, 1))
 
     def _joint_predictive(self, X):
         """Mean and joint covariance of y at X, as numpy arrays (``predict(return_cov=True)``)."""
@@ -571,9 +616,9 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         """Draw samples of y from the joint predictive distribution at X.
 
         Under the Gaussian likelihood the draws are from the joint Gaussian of
-        :meth:`predict` (``return_cov=True``), as in GaussianProcessRegressor; under the
-        others, the latent function is drawn from its joint posterior and y from the
-        likelihood given it.
+        :meth:`predict` (``return_cov=True``), as in GaussianProcessRegressor (before
+        ``fit``: from the prior, ``n_targets`` outputs); under the others, the latent
+        function is drawn from its joint posterior and y from the likelihood given it.
 
         Parameters
         ----------
@@ -590,7 +635,8 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
 
         rng = check_random_state(random_state)
         if self.likelihood == "gaussian":
-            mean, cov = self._joint_predictive(X)
+            fitted = hasattr(self, "kernel_")
+            mean, cov = self._joint_predictive(X) if fitted else self._prior_predictive(X, False, True)
             if mean.ndim == 1:
                 return rng.multivariate_normal(mean, cov, n_samples).T
             draws = [rng.multivariate_normal(mean[:, p], cov[..., p], n_samples).T[:, np.newaxis] for p in range(mean.shape[1])]
