@@ -16,7 +16,7 @@ class BoundMethods:
     and ``_bound_targets(y)``."""
 
     def _rows_and_targets(self, X, y):
-        check_is_fitted(self)
+        check_is_fitted(self, "kernel_")
         X = validate_data(self, X, reset=False, dtype=np.float64)
         Y = self._bound_targets(y)
         if Y.shape[0] != X.shape[0]:

@@ -346,7 +346,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
     # --- prediction -----------------------------------------------------------------
     def _map_dask(self, method, X):
         """``method`` over the row chunks of a Dask array X: Dask arrays, computed lazily."""
-        check_is_fitted(self)
+        check_is_fitted(self, "kernel_")
         from ._dask import map_rows
 
         return map_rows(method, X)

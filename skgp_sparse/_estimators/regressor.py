@@ -528,7 +528,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
         if not hasattr(self, "kernel_") and not is_dask_collection(X):
             return self._prior_predictive(X, return_std, return_cov)
-        check_is_fitted(self)
+        check_is_fitted(self, "kernel_")
         if is_dask_collection(X):
             if return_cov:
                 raise ValueError("return_cov=True is not available for a Dask array (it is n x n); use return_std")
