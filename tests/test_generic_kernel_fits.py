@@ -58,12 +58,12 @@ def test_generic_bound_gradient_matches_finite_differences(data):
     X, y = data
     reg = _fit(ConstantKernel(1.0) * OverridingRBF([0.8, 1.3]), X, y, optimizer=None)
     theta = reg.kernel_.theta
-    value, grad = reg.log_marginal_likelihood(X, y, theta, eval_gradient=True)
+    value, grad = reg.log_marginal_likelihood(theta, eval_gradient=True, X=X, y=y)
     h = 1e-5
     for i in range(theta.size):
         step = np.zeros_like(theta)
         step[i] = h
-        fd = (reg.log_marginal_likelihood(X, y, theta + step) - reg.log_marginal_likelihood(X, y, theta - step)) / (2 * h)
+        fd = (reg.log_marginal_likelihood(theta + step, X=X, y=y) - reg.log_marginal_likelihood(theta - step, X=X, y=y)) / (2 * h)
         assert grad[i] == pytest.approx(fd, rel=1e-5, abs=1e-6)
 
 
@@ -96,6 +96,6 @@ def test_the_fixed_inducing_inputs_warning_comes_once_per_fit(data):
         warnings.simplefilter("always")
         reg.fit(X, y)
         reg.elbo(X, y)
-        reg.log_marginal_likelihood(X, y)
+        reg.log_marginal_likelihood(X=X, y=y)
         reg.predict(X[:5])
     assert sum("inducing inputs stay" in str(w.message) for w in caught) == 1

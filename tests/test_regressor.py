@@ -193,7 +193,7 @@ def test_verbose_prints_one_line_per_epoch(capsys):
     X, y = toy(100)
     SparseGPRegressor(n_inducing=10, batch_size=50, max_iter=3, tol=0, verbose=1).fit(X, y)
     lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("epoch")]
-    assert len(lines) == 3 and "ELBO" in lines[0] and "elapsed" in lines[0]
+    assert len(lines) == 3 and "ELBO per row" in lines[0] and "elapsed" in lines[0]
 
 
 def test_verbose_full_batch_fit_prints_one_line_per_optimiser_iteration(capsys):
@@ -356,3 +356,25 @@ def test_n_targets_must_match_y():
     X = np.random.default_rng(0).uniform(-2, 2, (30, 1))
     with pytest.raises(ValueError, match="y has 1 target column.*n_targets=2"):
         SparseGPRegressor(n_targets=2, n_inducing=5, max_iter=2).fit(X, X[:, 0])
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_an_inducing_init_array_sets_n_inducing_or_must_match_it():
+    X, y = toy(100)
+    reg = SparseGPRegressor(inducing_init=X[:7], max_iter=2, random_state=0).fit(X, y)
+    assert reg.inducing_points_.shape[0] == 7  # n_inducing at its default follows the array
+    with pytest.raises(ValueError, match=r"inducing_init has 7 rows but n_inducing \+ n_orthogonal = 5 \+ 0 = 5"):
+        SparseGPRegressor(n_inducing=5, inducing_init=X[:7]).fit(X, y)
+
+
+def test_verbose_two_adds_progress_within_an_epoch(capsys, monkeypatch):
+    from skgp_sparse.optim import loop
+
+    monkeypatch.setattr(loop, "PROGRESS_SECONDS", 0.0)  # a line after every step
+    X, y = toy(100)
+    SparseGPRegressor(n_inducing=10, batch_size=25, max_iter=2, tol=0, verbose=2).fit(X, y)
+    out = capsys.readouterr().out.splitlines()
+    progress = [l for l in out if " step " in l]
+    epochs = [l for l in out if l.startswith("epoch") and "ELBO per row " in l and " step " not in l]
+    assert len(epochs) == 2 and len(progress) == 8  # 4 steps an epoch
+    assert "step 2 of 4" in progress[1] and "ELBO per row so far" in progress[1] and "elapsed" in progress[1]

@@ -45,10 +45,15 @@ from ._common import (
 )
 from ._fit import run_fit, run_partial_fit
 from ._objective import BoundMethods
-from ._rows import training_rows
+from ._rows import InMemoryRows, training_rows
 from ._settings import FitSettings
 from ._training import starting_jitter
 from ._warnings import warn
+
+#: ``fit`` keeps its training rows (``X_train_``) up to this many, GaussianProcessRegressor's
+#: practical size: a pickle then grows by at most 5,000 rows, and above it a model's size
+#: does not depend on its data.
+KEEP_TRAINING_ROWS = 5000
 
 
 class SparseGPBase(BoundMethods, BaseEstimator):
@@ -107,9 +112,8 @@ class SparseGPBase(BoundMethods, BaseEstimator):
                 UserWarning,
             )
         default = inspect.signature(type(self).__init__).parameters["n_inducing"].default
-        chosen = self.n_inducing != default or self.n_orthogonal != 0
         Z = initial_inducing_points(self.inducing_init, self.n_inducing, self.n_orthogonal, sample, kernel, rng,
-                                    chosen)
+                                    n_inducing_chosen=self.n_inducing != default)
         n_outputs, n_covariances = self._latent_shape()
         # With fewer distinct rows than points asked for (clipped, with a warning), the
         # orthogonal set gives way first: the first set needs at least one point.
@@ -178,6 +182,7 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         result = run_fit(settings, model, rows, Y, rng, x_scale, search_model=None if warm else self._search_model,
                          steps_before=self.n_steps_ if warm else 0)
         self._record_fit(result)
+        self._keep_training_rows(rows, y)
         self._fitted_arrays_follow(X)
         self.n_rows_seen_ = rows.n_rows
         self._stream_state = None
@@ -205,10 +210,22 @@ class SparseGPBase(BoundMethods, BaseEstimator):
                                          search_model=self._search_model if first else None,
                                          steps_before=0 if first else self.n_steps_)
         self._record_fit(result, append=not first)
+        self._keep_training_rows(None, None)  # a chunk of a stream is not the training set
         self._fitted_arrays_follow(X)
         self.n_rows_seen_ = n_seen
         self._stream_state = stream
         return self
+
+    def _keep_training_rows(self, rows, y):
+        """``X_train_`` and ``y_train_``, as GaussianProcessRegressor keeps them, for a fit on
+        in-memory rows (any library) of at most :data:`KEEP_TRAINING_ROWS` (None: keep none).
+        They are numpy here; :meth:`_fitted_arrays_follow` moves them to X's library."""
+        for name in ("X_train_", "y_train_"):
+            self.__dict__.pop(name, None)
+        if isinstance(rows, InMemoryRows) and rows.n_rows <= KEEP_TRAINING_ROWS:
+            keep = np.array if self.copy_X_train else np.asarray
+            self.X_train_ = keep(np.asarray(backend.to_numpy(rows.X), dtype=np.float64))
+            self.y_train_ = keep(y)
 
     def _record_fit(self, result, append=False):
         """Set the fitted attributes from a :class:`._fit.FitResult`.
@@ -232,23 +249,23 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         self.loss_curve_ = (list(self.loss_curve_) if append else []) + list(history.elbo)
         self.converged_ = history.converged
         self.n_natural_backoffs_ = result.n_natural_backoffs
-        if history.diagnostics:
-            self.diagnostics_ = history.diagnostics
+        self.diagnostics_ = (list(self.diagnostics_) if append else []) + list(history.diagnostics)
         self.predictor_ = model.predictor()
 
     #: The fitted array attributes that follow the input's library.
-    _FOLLOWING_ATTRIBUTES = ("inducing_points_", "orthogonal_points_")
+    _FOLLOWING_ATTRIBUTES = ("inducing_points_", "orthogonal_points_", "X_train_", "y_train_")
 
     def _fitted_arrays_follow(self, X):
         """The inducing inputs' public copies (``inducing_points_``, ``orthogonal_points_``)
-        in X's library and on its device when X is an array of another library under
+        and the kept training rows in X's library and on its device when X is an array of another library under
         ``array_api_dispatch`` (scikit-learn's convention for fitted arrays); the model
         itself stays numpy."""
         xp = dispatch_namespace(X)
         if xp is None:
             return
         for name in self._FOLLOWING_ATTRIBUTES:
-            if hasattr(self, name):
+            # Class labels that are strings stay numpy, as classes_ does.
+            if hasattr(self, name) and getattr(self, name).dtype.kind in "biuf":
                 setattr(self, name, backend.to_namespace(getattr(self, name), xp, device=backend.device_of(X)))
 
     # --- prediction -----------------------------------------------------------------

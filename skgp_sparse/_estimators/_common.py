@@ -50,6 +50,7 @@ COMMON_CONSTRAINTS = {
     "jitter": [StrOptions({"auto"}), Interval(Real, 0, None, closed="left")],
     "optimizer": [StrOptions({"fmin_l_bfgs_b"}), callable, None],
     "n_restarts_optimizer": [Interval(Integral, 0, None, closed="left")],
+    "copy_X_train": ["boolean"],
 }
 
 def dtype_name(dtype):
@@ -157,10 +158,11 @@ def clipped_n_inducing(n_inducing, n_samples, chosen=True):
     return n_inducing
 
 
-def initial_inducing_points(init, n_inducing, n_orthogonal, X, kernel, rng, chosen=True):
+def initial_inducing_points(init, n_inducing, n_orthogonal, X, kernel, rng, n_inducing_chosen=True):
     """The n_inducing + n_orthogonal initial inducing inputs (the basis splits them):
-    ``init`` is the estimator's ``inducing_init``; ``chosen``: whether the user set
-    ``n_inducing`` (see :func:`clipped_n_inducing`)."""
+    ``init`` is the estimator's ``inducing_init``; ``n_inducing_chosen``: whether the user
+    set ``n_inducing`` (a default adapts to small data and to the rows of an
+    ``inducing_init`` array without a word; a chosen value is checked against both)."""
     if not isinstance(init, str):
         Z = np.asarray(init, dtype=np.float64)
         if Z.ndim != 2 or Z.shape[1] != X.shape[1] or Z.shape[0] <= n_orthogonal:
@@ -168,9 +170,16 @@ def initial_inducing_points(init, n_inducing, n_orthogonal, X, kernel, rng, chos
                 f"inducing_init as an array must have shape (n_inducing + n_orthogonal, {X.shape[1]}) "
                 f"with n_inducing >= 1; got {Z.shape} with n_orthogonal={n_orthogonal}"
             )
+        if n_inducing_chosen and Z.shape[0] != n_inducing + n_orthogonal:
+            raise ValueError(
+                f"inducing_init has {Z.shape[0]} rows but n_inducing + n_orthogonal = {n_inducing} + "
+                f"{n_orthogonal} = {n_inducing + n_orthogonal}; pass that many rows, or leave n_inducing "
+                "at its default to take the array's rows as the inducing inputs"
+            )
         if not np.all(np.isfinite(Z)):
             raise ValueError("inducing_init contains NaN or inf")
         return Z
+    chosen = n_inducing_chosen or n_orthogonal != 0
     n_points = clipped_n_inducing(n_inducing + n_orthogonal, X.shape[0], chosen)
     return initial_inducing(X, n_points, init, kernel, rng)
 

@@ -41,7 +41,9 @@ SHARED_DOCS = {
         Whether Adam moves the inducing inputs.""",
     "inducing_init": """inducing_init : {"kmeans", "greedy_variance", "random"} or array of shape (n_inducing + n_orthogonal, n_features), default="kmeans"
         Initial inducing inputs: k-means centres, greedy maximum-variance rows (a partial
-        pivoted Cholesky under the initial kernel), random distinct rows, or given points.""",
+        pivoted Cholesky under the initial kernel), random distinct rows, or given points
+        (with ``n_inducing`` at its default, the array's rows set it; a value you set must
+        match them).""",
     "optimizer": """optimizer : "fmin_l_bfgs_b", callable or None, default="fmin_l_bfgs_b"
         The optimiser of the exact search of the hyperparameters that starts every fresh
         fit (the bound with q(u) optimal for each hyperparameter, on at most 2,048 random
@@ -80,11 +82,27 @@ SHARED_DOCS = {
         back to float64 where float32 fails; the likelihood terms are computed in
         float64 on numpy. The fitted model is float64 either way. Dask input is
         converted chunk by chunk.""",
+    "copy_X_train": """copy_X_train : bool, default=True
+        As in GaussianProcessRegressor: where ``fit`` keeps the training rows (``X_train_``,
+        ``y_train_``), keep a copy of them (True) or a reference (False, which sees later
+        changes to the arrays).""",
+    "X_train_": """X_train_ : ndarray of shape (n_samples, n_features)
+        The training inputs, kept by ``fit`` on in-memory data of at most 5,000 rows (a
+        GaussianProcessRegressor-sized set; in X's library under ``array_api_dispatch``):
+        ``log_marginal_likelihood()`` then evaluates the bound on them. Absent otherwise
+        (larger or Dask fits, ``partial_fit``), where a model's size does not grow with its
+        data.""",
+    "y_train_": """y_train_ : ndarray of shape (n_samples,) or (n_samples, n_targets)
+        The training targets as given to ``fit``, kept with ``X_train_``.""",
     "random_state": """random_state : int, RandomState instance or None, default=None
         Seeds the inducing initialisation and the minibatch order: the same value gives
         the same model.""",
     "verbose": """verbose : int, default=0
-        If positive, print one line per epoch (ELBO and elapsed time).""",
+        1: print one line per epoch (its mean ELBO per row and the seconds since the start;
+        a full-batch search prints its bound after each L-BFGS-B iteration instead, and the
+        exact search that starts a fit one summary line). 2 and more: also a progress line
+        every 10 seconds within an epoch (steps done and the ELBO per row so far), and the
+        exact search's iterations.""",
     "kernel_": """kernel_ : kernel instance
         Clone of ``kernel`` with the fitted hyperparameters.""",
     "inducing_points_": """inducing_points_ : ndarray of shape (n_inducing, n_features)
@@ -113,7 +131,11 @@ SHARED_DOCS = {
         Relative jitter that the Cholesky of K(Z, Z) needed (``jitter`` unless retries raised it).""",
     "diagnostics_": """diagnostics_ : list of dict
         Per-epoch diagnostics of bases that offer them (``"inverse_free"``:
-        ``t_residual`` = ||(K + Sigma) T - I||_F).""",
+        ``t_residual`` = ||(K + Sigma) T - I||_F); empty for the others.""",
+    "predictor_": """predictor_ : object
+        What predictions read: the fitted q(u) folded with the kernel matrices at the
+        inducing inputs into the few arrays a test row is multiplied with (numpy arrays,
+        whichever library the fit ran on).""",
     "variational_state_": """variational_state_ : object
         The basis's fitted parameters (plain numpy arrays).""",
     "n_features_in_": """n_features_in_ : int""",

@@ -390,6 +390,7 @@ def run_training(settings, model, rows, Y, rng, steps_done=0, x_scale=None):
             batches=rows.batches(Y, batch),
             warmup_steps=warmup_steps(model, schedule, steps_per_epoch),
             monitor_rows=rows.monitor_rows(Y, MONITOR_ROWS, rng),
+            steps_per_epoch=steps_per_epoch,
         )
         if history.interrupted:
             warn_interrupted(settings, history)

@@ -49,6 +49,9 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
     inducing inputs by Adam. Cost per step is O(K (B M^2 + M^3)) for a batch of B rows and
     M inducing points.
 
+    Most fits need only ``kernel``, ``n_inducing``, ``random_state`` and ``max_iter`` /
+    ``tol``; the user guide ("Choosing the settings") says when to change the others.
+
     Parameters
     ----------
     kernel : kernel instance from :mod:`sklearn.gaussian_process.kernels`, default=None
@@ -110,6 +113,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
     warm_start : bool, default=False
         Continue from the previous fit's inducing inputs, q(u) and kernel (the classes
         must be the same).
+    %(copy_X_train)s
 
     Attributes
     ----------
@@ -130,7 +134,10 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
     n_natural_backoffs_ : int
         Halvings of the natural step: after a precision that was not positive definite,
         or after an epoch whose ELBO fell.
+    %(X_train_)s
+    %(y_train_)s
     %(diagnostics_)s
+    %(predictor_)s
     %(variational_state_)s
     %(n_features_in_)s
     %(feature_names_in_)s
@@ -175,6 +182,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
         random_state=None,
         verbose=0,
         warm_start=False,
+        copy_X_train=True,
     ):
         self.kernel = kernel
         self.likelihood = likelihood
@@ -199,6 +207,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
         self.random_state = random_state
         self.verbose = verbose
         self.warm_start = warm_start
+        self.copy_X_train = copy_X_train
 
     # --- what the shared core asks of the classifier ---------------------------------
     def _n_latents(self):

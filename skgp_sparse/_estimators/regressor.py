@@ -48,6 +48,11 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
     by Adam. Cost per step is O(B M^2 + M^3) for a batch of B rows and M inducing points;
     prediction costs O(M) per row for the mean and O(M^2) for the variance.
 
+    Most fits need only ``kernel``, ``n_inducing``, ``likelihood``, ``normalize_y``,
+    ``random_state`` and ``max_iter`` / ``tol``; the user guide ("Choosing the settings")
+    says when to change the others, and "Coming from GaussianProcessRegressor" maps GPR's
+    parameters onto these.
+
     Parameters
     ----------
     kernel : kernel instance from :mod:`sklearn.gaussian_process.kernels`, default=None
@@ -133,6 +138,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
     %(verbose)s
     warm_start : bool, default=False
         Continue from the previous fit's inducing inputs, q(u), kernel and noise.
+    %(copy_X_train)s
     n_targets : int >= 1, default=None
         The number of target columns, as in GaussianProcessRegressor: the number of
         outputs of predictions and draws from the prior (before ``fit``; None: one), and
@@ -158,7 +164,10 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
     %(jitter_)s
     n_natural_backoffs_ : int
         Natural steps that were halved because their precision was not positive definite.
+    %(X_train_)s
+    %(y_train_)s
     %(diagnostics_)s
+    %(predictor_)s
     %(variational_state_)s
     %(n_features_in_)s
     %(feature_names_in_)s
@@ -214,6 +223,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         random_state=None,
         verbose=0,
         warm_start=False,
+        copy_X_train=True,
         n_targets=None,
     ):
         self.kernel = kernel
@@ -243,6 +253,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         self.random_state = random_state
         self.verbose = verbose
         self.warm_start = warm_start
+        self.copy_X_train = copy_X_train
         self.n_targets = n_targets
 
     def __sklearn_tags__(self):
@@ -563,7 +574,8 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         kernel = default_kernel(X.shape[1], matern_nu=self._DEFAULT_MATERN_NU) if self.kernel is None else self.kernel
         # sklearn kernels put a WhiteKernel's level on the diagonal of kernel(X); any
         # other kernel leaves the noise to noise_variance.
-        noise = 0.0 if compile_kernel(kernel, white_as_noise=True).carries_white_noise else self.noise_variance
+        carried = NoiseParameter(compile_kernel(kernel, white_as_noise=True), self.noise_variance, None).from_kernel
+        noise = 0.0 if carried else self.noise_variance
         n_targets = 1 if self.n_targets is None else self.n_targets
         mean = np.zeros((X.shape[0], n_targets))
         if return_cov:

@@ -50,13 +50,15 @@ FOLD_MAX_CONDITION = 1e10
 
 @dataclass
 class CollapsedBound:
-    """The bound Q (without the noise's normaliser) and its derivatives."""
+    """The bound Q (without the noise's normaliser), its derivatives, and the relative
+    jitter the factorisation of K_zz needed."""
 
     value: float
     theta_bar: np.ndarray
     inducing_bar: object
     #: sum_i beta_i dQ/dbeta_i: the derivative along a scaling of every precision.
     beta_scaling_bar: float
+    jitter: float
 
 
 def collapsed_bound(kernel, X, Y, beta, state, jitter):
@@ -76,7 +78,7 @@ def collapsed_bound(kernel, X, Y, beta, state, jitter):
 
     Returns
     -------
-    CollapsedBound, and the jitter the factorisation used.
+    CollapsedBound
     """
     low_k, used, back_zz = factor_kzz(kernel, state.inducing, jitter, True)
     kzx, back_zx = kernel.vjp(state.inducing, X)
@@ -125,7 +127,7 @@ def collapsed_bound(kernel, X, Y, beta, state, jitter):
     theta_bar = theta_zz + theta_zx + theta_d
     if not isinstance(theta_bar, np.ndarray):
         theta_bar = np.array(be.to_numpy(theta_bar), dtype=np.float64)
-    return CollapsedBound(value, theta_bar, z_zz + z_zx, beta_scaling_bar), used
+    return CollapsedBound(value, theta_bar, z_zz + z_zx, beta_scaling_bar, used)
 
 
 def _folding_factor(low_k, kzx, xp):

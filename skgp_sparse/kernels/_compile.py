@@ -287,12 +287,6 @@ class CompiledKernel:
     def white_noise_theta_index(self):
         return [leaf.slots["noise_level"].start for leaf in self._white if leaf.slots["noise_level"] is not None]
 
-    @property
-    def carries_white_noise(self):
-        """Whether top-level WhiteKernel terms hold a noise level (a positive one, or one
-        that is learned): the observation noise of a Gaussian model."""
-        return self.white_noise_level > 0 or len(self.white_noise_theta_index) > 0
-
     def __repr__(self):
         extra = ", white_as_noise=True" if self.white_as_noise else ""
         return f"compile_kernel({self.to_sklearn()!r}{extra})"

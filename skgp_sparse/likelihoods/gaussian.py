@@ -127,7 +127,7 @@ class NoiseParameter:
 
     def __init__(self, kernel, value, log_bounds):
         self.kernel = kernel
-        self.from_kernel = kernel.carries_white_noise
+        self.from_kernel = kernel.white_noise_level > 0 or len(kernel.white_noise_theta_index) > 0
         self.log_value = float(np.log(value))
         self.log_bounds = None if self.from_kernel else log_bounds
 

@@ -101,7 +101,7 @@ def _check_finite(result, epoch):
 
 def train(
     model, X, Y, *, batch_size, max_iter, stopping, schedule, adam, rng, verbose=0, history=None,
-    callback=None, batches=None, warmup_steps=0, monitor_rows=None,
+    callback=None, batches=None, warmup_steps=0, monitor_rows=None, steps_per_epoch=None,
 ):
     """Fit ``model`` (a :class:`skgp_sparse.elbo.VariationalModel`) in place.
 
@@ -124,7 +124,8 @@ def train(
 
     ``batches(rng)``, if given, replaces the shuffled minibatches of (X, Y): it yields the
     ``(X_batch, Y_batch)`` of one epoch (the Dask path streams chunks this way); X and Y
-    are then not read.
+    are then not read, and ``steps_per_epoch``, if given, is the length of an epoch that
+    ``verbose >= 2`` progress lines report (see :class:`Progress`).
 
     A KeyboardInterrupt (Ctrl-C) ends the fit at the last completed step: a step is
     computed in full before any parameter changes, and one interrupted while its new
@@ -135,7 +136,9 @@ def train(
     history = History() if history is None else history
     if batches is None:
         batches = array_batches(X, Y, batch_size)
+        steps_per_epoch = -(-X.shape[0] // batch_size)
     start = time.perf_counter()
+    progress = Progress(verbose, start, model.rows_counted, steps_per_epoch)
     steps_before = history.n_steps
     monitor = None if monitor_rows is None else (lambda: model.sample_elbo(*monitor_rows) / model.rows_counted)
     snapshot = None
@@ -161,6 +164,7 @@ def train(
                 total += result.elbo
                 count += 1
                 history.n_steps += 1
+                progress.step(history.n_epochs + 1, count, total)
                 closed = False
                 if not warming_up:
                     gradient = None
@@ -171,7 +175,7 @@ def train(
                     history.converged = True
                     break
             epoch_open = False
-            _close_epoch(model, history, total / count, verbose, start, callback)
+            _close_epoch(model, history, total / count, progress, callback)
             schedule.end_epoch(total / count / model.rows_counted)
             if history.converged:
                 break
@@ -224,17 +228,57 @@ def hyperparameter_gradient(params, bounds, grads, rows_counted):
     return np.concatenate(parts) / rows_counted if parts else None
 
 
-def _close_epoch(model, history, epoch_elbo, verbose, start, callback):
+def _close_epoch(model, history, epoch_elbo, progress, callback):
     """Record an epoch (or the part of one that ended the fit) in ``history``."""
     history.n_epochs += 1
     history.elbo.append(epoch_elbo)
     diagnostics = model.diagnostics()
     if diagnostics:
         history.diagnostics.append(diagnostics)
-    if verbose:
-        print(f"epoch {history.n_epochs:4d}  ELBO {epoch_elbo: .6e}  elapsed {time.perf_counter() - start:8.2f} s")
+    progress.epoch(history.n_epochs, epoch_elbo)
     if callback is not None:
         callback(model, history)
+
+
+#: ``verbose >= 2``: seconds between two progress lines within an epoch.
+PROGRESS_SECONDS = 10.0
+
+
+class Progress:
+    """What a fit prints, by ``verbose`` level, as scikit-learn's iterative estimators do.
+
+    ``verbose >= 1``: one line per epoch, with its mean ELBO per row (per row, so that fits
+    of any size read alike) and the seconds since the start. ``verbose >= 2``: also a line
+    every :data:`PROGRESS_SECONDS` within an epoch (a long epoch of a large data set is
+    otherwise silent for minutes): the steps done, of how many when the epoch's length is
+    known, and the ELBO per row of the epoch so far.
+    """
+
+    def __init__(self, verbose, start, rows_counted, steps_per_epoch=None):
+        self.verbose = verbose
+        self.start = start
+        self.rows_counted = rows_counted
+        self.steps_per_epoch = steps_per_epoch
+        self.last_line = start
+
+    def step(self, epoch, steps, elbo_sum):
+        """After step ``steps`` of ``epoch``, whose ELBO estimates sum to ``elbo_sum``."""
+        if self.verbose < 2:
+            return
+        now = time.perf_counter()
+        if now - self.last_line < PROGRESS_SECONDS:
+            return
+        self.last_line = now
+        of = "" if self.steps_per_epoch is None else f" of {self.steps_per_epoch}"
+        print(f"epoch {epoch:4d}  step {steps}{of}  ELBO per row so far {elbo_sum / steps / self.rows_counted: .5f}"
+              f"  elapsed {now - self.start:8.2f} s")
+
+    def epoch(self, epoch, elbo):
+        """At the end of ``epoch``, whose steps' mean ELBO estimate is ``elbo``."""
+        if not self.verbose:
+            return
+        self.last_line = now = time.perf_counter()
+        print(f"epoch {epoch:4d}  ELBO per row {elbo / self.rows_counted: .5f}  elapsed {now - self.start:8.2f} s")
 
 
 def settle_variational(model, batches, rng, schedule, exact, max_steps):
