@@ -3,9 +3,20 @@
 import numpy as np
 
 
-def assert_adam_gradients_match(model, X, Y, eps=1e-6, rtol=1e-5, atol=1e-6):
-    """Central differences of ``model.evaluate(X, Y).elbo`` against its reported gradients."""
-    grads = model.evaluate(X, Y).grads
+def assert_adam_gradients_match(model, X, Y, eps=1e-6, rtol=1e-5, atol=1e-6, collapsed=False):
+    """Central differences of ``model.evaluate(X, Y).elbo`` against its reported gradients
+    (``collapsed``: of ``model.collapsed_evaluate``, the bound with q(u) optimal)."""
+    if collapsed:
+        grads = model.collapsed_evaluate(X, Y).grads
+
+        def bound():
+            return model.collapsed_evaluate(X, Y).elbo
+    else:
+        grads = model.evaluate(X, Y).grads
+
+        def bound():
+            return model.evaluate(X, Y, need_grad=False).elbo
+
     params = model.adam_params()
     for name, value in params.items():
         fd = np.zeros(np.shape(value))
@@ -14,6 +25,6 @@ def assert_adam_gradients_match(model, X, Y, eps=1e-6, rtol=1e-5, atol=1e-6):
                 shifted = {k: np.array(v, dtype=float) for k, v in params.items()}
                 shifted[name][idx] += sign * eps
                 model.set_adam_params(shifted)
-                fd[idx] += sign * model.evaluate(X, Y, need_grad=False).elbo / (2 * eps)
+                fd[idx] += sign * bound() / (2 * eps)
         model.set_adam_params(params)
         np.testing.assert_allclose(grads[name], fd, rtol=rtol, atol=atol, err_msg=name)

@@ -11,6 +11,7 @@ from skgp_sparse.optim.fullbatch import land_on_optimal_q, optimise_collapsed
 
 from .test_coupled import collapsed_bound as dense_collapsed_bound
 from .test_coupled import make_problem
+from ._gradcheck import assert_adam_gradients_match
 
 
 @pytest.fixture(params=["whitened", "folded"])
@@ -58,19 +59,7 @@ def test_value_is_titsias_bound(collapsed_form):
 @pytest.mark.parametrize("p", [1, 2])
 def test_gradients_match_finite_differences(p, collapsed_form):
     model, X, Y = weighted_problem(p, weighted=True, seed=5)
-    grads = model.collapsed_evaluate(X, Y).grads
-    params = model.adam_params()
-    eps = 1e-6
-    for name, value in params.items():
-        fd = np.zeros(np.shape(value))
-        for idx in np.ndindex(fd.shape):
-            for sign in (1, -1):
-                shifted = {k: np.array(v, dtype=float) for k, v in params.items()}
-                shifted[name][idx] += sign * eps
-                model.set_adam_params(shifted)
-                fd[idx] += sign * model.collapsed_evaluate(X, Y).elbo / (2 * eps)
-        model.set_adam_params(params)
-        np.testing.assert_allclose(grads[name], fd, rtol=1e-5, atol=1e-5, err_msg=name)
+    assert_adam_gradients_match(model, X, Y, rtol=1e-5, atol=1e-5, collapsed=True)
 
 
 def test_noise_carried_by_a_white_kernel_goes_to_its_theta():

@@ -219,11 +219,11 @@ def run_collapsed(settings, model, rows, Y, rng, x_scale):
 #: Measured with the default regressor (first stage capped at 200 or 30 iterations):
 #: storms test RMSE 0.2506 both ways, weather 0.1906 and 0.1869, diamonds 0.0904 and
 #: 0.0903, simdat 0.1691 and 0.1718, the search 2 to 5 s shorter on one thread. The
-#: second stage at 100, 300 and 600 iterations (2 threads; 4,096 rows at 300 beside):
-#: nycflights13 weather test RMSE 0.1871, 0.1803, 0.1785 (0.1771), flights 0.9178,
-#: 0.8751, 0.8755 (0.8962), storms 0.2510, 0.2499, 0.2499 (0.2492), diamonds 0.0908,
-#: 0.0906, 0.0919 (0.0924); at 300 every fit took at most 0.31 of GPyTorch's 50-epoch
-#: time (docs/benchmarks.md, "The search's second stage").
+#: second stage at 100, 300 and 600 iterations (docs/benchmarks.md, "The search's second
+#: stage"): nycflights13 weather test RMSE 0.1869, 0.1805, 0.1778, flights 0.9078,
+#: 0.8756, 0.8754, storms 0.2505, 0.2499, 0.2499, diamonds 0.0905, 0.0908, 0.0920; at
+#: 300 the default fits took 0.15 to 0.43 of GPyTorch's 50-epoch time on the regression
+#: sets of "The default against its asymptote and GPyTorch" (0.71 on txhousing).
 SEARCH_ROWS = 2048
 SEARCH_MAX_ITER = 200
 SEARCH_FIRST_STAGE_MAX_ITER = 30

