@@ -24,9 +24,6 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern
-
 # The package of this checkout, not whichever one is installed.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -41,13 +38,9 @@ def kernel_for(name, X):
     """The default kernel's shape with an ARD RBF or Matern 5/2 (``name``): an amplitude
     started at 1, length scales started at each feature's spread and bounded ten decades
     either side of it."""
-    from skgp_sparse._estimators._common import feature_scale
+    from skgp_sparse._estimators._common import default_kernel, feature_scale
 
-    scale = feature_scale(X)
-    bounds = np.column_stack([1e-5 * scale, 1e5 * scale])
-    if name == "rbf":
-        return ConstantKernel(1.0) * RBF(length_scale=scale.copy(), length_scale_bounds=bounds)
-    return ConstantKernel(1.0) * Matern(length_scale=scale.copy(), length_scale_bounds=bounds, nu=2.5)
+    return default_kernel(X.shape[1], feature_scale(X), None if name == "rbf" else 2.5)
 
 
 def fit(name, kernel_name, args):

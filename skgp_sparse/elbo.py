@@ -250,9 +250,7 @@ class VariationalModel:
             self.latent_noise.scatter_gradient(float(xp.sum(d_var)) * self.latent_noise.value, theta_bar)
         if self.noise is not None:
             per_row = self._weighted(weights, self.likelihood.d_log_noise(Y, mean, var, **extra))[0]
-            d_log_noise = self.noise.scatter_gradient(scale * float(xp.sum(per_row)), theta_bar)
-            if d_log_noise is not None and self.noise.learned:
-                grads["log_noise"] = np.array([d_log_noise])
+            self._add_noise_gradient(grads, scale * float(xp.sum(per_row)))
         if self._learns_likelihood():
             per_row = self._weighted(weights, self.likelihood.d_log_params(Y, mean, var))[0]
             grads["likelihood"] = scale * backend.to_numpy(xp.sum(per_row, axis=0))
@@ -298,13 +296,17 @@ class VariationalModel:
         elbo = bound.value - 0.5 * n_outputs * total_count * float(np.log(2.0 * np.pi * variance))
         grads = {"theta": bound.theta_bar}
         # Every precision is count / variance: d/d log(variance) scales each by -1.
-        d_log_noise = self.noise.scatter_gradient(-bound.beta_scaling_bar - 0.5 * n_outputs * total_count,
-                                                  bound.theta_bar)
+        self._add_noise_gradient(grads, -bound.beta_scaling_bar - 0.5 * n_outputs * total_count)
+        for field in self.learn_fields:
+            grads[field] = bound.field_bars[field]
+        return BatchResult(elbo, grads, None, None, None)
+
+    def _add_noise_gradient(self, grads, d_log_noise):
+        """Send d ELBO / d log(noise variance) to the parameter that carries the noise: its
+        own entry of ``grads`` when learned, or the WhiteKernel terms of ``grads["theta"]``."""
+        d_log_noise = self.noise.scatter_gradient(d_log_noise, grads["theta"])
         if d_log_noise is not None and self.noise.learned:
             grads["log_noise"] = np.array([d_log_noise])
-        if "inducing" in self.learn_fields:
-            grads["inducing"] = bound.inducing_bar
-        return BatchResult(elbo, grads, None, None, None)
 
     def _split(self, Y, var):
         """Targets, weights, latent variances and likelihood keyword arguments of a training

@@ -224,8 +224,8 @@ class SparseGPBase(BoundMethods, BaseEstimator):
             self.__dict__.pop(name, None)
         if isinstance(rows, InMemoryRows) and rows.n_rows <= KEEP_TRAINING_ROWS:
             keep = np.array if self.copy_X_train else np.asarray
-            self.X_train_ = keep(np.asarray(backend.to_numpy(rows.X), dtype=np.float64))
-            self.y_train_ = keep(y)
+            # sample: every row as float64 numpy (the rows themselves on the numpy path).
+            self.X_train_, self.y_train_ = keep(rows.sample), keep(y)
 
     def _record_fit(self, result, append=False):
         """Set the fitted attributes from a :class:`._fit.FitResult`.

@@ -56,7 +56,8 @@ class CollapsedBound:
 
     value: float
     theta_bar: np.ndarray
-    inducing_bar: object
+    #: Gradient of each of the state's inducing fields (the coupled basis: ``inducing``).
+    field_bars: dict
     #: sum_i beta_i dQ/dbeta_i: the derivative along a scaling of every precision.
     beta_scaling_bar: float
     jitter: float
@@ -128,7 +129,7 @@ def collapsed_bound(kernel, X, Y, beta, state, jitter):
     theta_bar = theta_zz + theta_zx + theta_d
     if not isinstance(theta_bar, np.ndarray):
         theta_bar = np.array(be.to_numpy(theta_bar), dtype=np.float64)
-    return CollapsedBound(value, theta_bar, z_zz + z_zx, beta_scaling_bar, used)
+    return CollapsedBound(value, theta_bar, {"inducing": z_zz + z_zx}, beta_scaling_bar, used)
 
 
 def _folding_factor(low_k, kzx, xp):

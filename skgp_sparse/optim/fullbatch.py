@@ -123,15 +123,19 @@ class CollapsedObjective:
     def initial(self):
         return self.packing.pack(self.model.adam_params())
 
+    def _move(self, vector):
+        """Set the model's parameters to ``vector`` (one more evaluation)."""
+        self.model.set_adam_params(self.packing.unpack(np.asarray(vector, dtype=np.float64)))
+        self.n_evaluations += 1
+
     def set(self, vector):
         """Move the model to ``vector`` and to q(u)'s optimum there; the ELBO and gradients."""
         model = self.model
-        model.set_adam_params(self.packing.unpack(np.asarray(vector, dtype=np.float64)))
+        self._move(vector)
         if self.exact:
             land_on_optimal_q(model, self.X, self.Y)
         else:
             optimal_q(model, self.X, self.Y, exact=False, max_steps=INEXACT_Q_STEPS, rtol=INEXACT_Q_RTOL)
-        self.n_evaluations += 1
         return model.evaluate(self.X, self.Y)
 
     def _bound(self, vector):
@@ -140,8 +144,7 @@ class CollapsedObjective:
         :meth:`set` moves it), else through :meth:`set`."""
         if not (self.exact and self.model.collapses()):
             return self.set(vector)
-        self.model.set_adam_params(self.packing.unpack(np.asarray(vector, dtype=np.float64)))
-        self.n_evaluations += 1
+        self._move(vector)
         return self.model.collapsed_evaluate(self.X, self.Y)
 
     def __call__(self, vector, eval_gradient=True):
