@@ -138,6 +138,7 @@ import numpy as np
 
 from ._fused import xp_column_products
 from .coupled import CoupledPredictor, covariance_of_output
+from .state import VariationalState
 from .toolkit import blocks, copy_array, same_values, summed_var_adjoint
 from .. import backend as be
 from ..linalg import CholeskyError, gram, mm, tri_mm
@@ -202,7 +203,7 @@ LEGACY_SETTINGS = InverseFreeSettings(preconditioned_mean=False, t_max_iter=4, i
 
 
 @dataclass
-class InverseFreeState:
+class InverseFreeState(VariationalState):
     """Variational parameters of the inverse-free basis.
 
     The arrays are numpy arrays, or all arrays of one other namespace (then
@@ -235,18 +236,6 @@ class InverseFreeState:
     n_covariances: int = 1
     refine_t: bool = False
     settings: InverseFreeSettings = field(default_factory=InverseFreeSettings)
-
-    def copy(self):
-        def dup(a):
-            return None if a is None else copy_array(a)
-
-        return InverseFreeState(
-            copy_array(self.inducing), copy_array(self.q_mean), dup(self.sigma_sqrt), dup(self.t_sqrt),
-            self.n_covariances, self.refine_t, self.settings,
-        )
-
-    def drop_caches(self):
-        """Nothing is cached: every field is a parameter."""
 
     def __setstate__(self, saved):
         # A state pickled before the settings existed holds mu itself and was trained with

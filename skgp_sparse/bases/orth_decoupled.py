@@ -51,12 +51,12 @@ select are taken with ``take`` and their adjoints put back by a product with the
 checks them against numpy.
 """
 
-import copy
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import coupled
+from .state import VariationalState, cache_field
 from .toolkit import copy_array, own_points, summed_var_adjoint
 from .. import backend as be
 from ..kernels import CompiledKernel
@@ -116,7 +116,7 @@ def resolve_kl_columns(kl_columns, n_orthogonal):
 
 
 @dataclass
-class OrthState:
+class OrthState(VariationalState):
     """Variational parameters of the orthogonally decoupled basis.
 
     The arrays are numpy arrays (float64), or all arrays of one other namespace, on one
@@ -142,8 +142,9 @@ class OrthState:
     kl_columns: int = None
     column_rng: object = field(default=None, repr=False)
     # The exact a^T K_gg a of the last evaluation without gradients, with what it was
-    # computed from: the reported ELBO and natural-only evaluations reuse it.
-    quadratic_cache: object = field(default=None, repr=False, compare=False)
+    # computed from: the reported ELBO and natural-only evaluations reuse it. Transient:
+    # a copy or a pickle starts without it.
+    quadratic_cache: object = cache_field(transient=True, repr=False, compare=False)
 
     # The coupled fields, so that the optimiser and the estimators see one flat state.
     @property
@@ -174,22 +175,6 @@ class OrthState:
     def n_orthogonal(self):
         return self.orthogonal.shape[0]
 
-    def copy(self):
-        # The generator is copied with its position: the copy draws what the original would.
-        return OrthState(
-            self.beta.copy(), copy_array(self.orthogonal), copy_array(self.orth_mean), self.kl_columns,
-            copy.deepcopy(self.column_rng),
-        )
-
-    def drop_caches(self):
-        """Forget what can be recomputed (before a fitted model is stored and pickled)."""
-        self.beta.drop_caches()
-        self.quadratic_cache = None
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["quadratic_cache"] = None
-        return state
 
 
 def init_state(points, n_outputs, n_covariances, n_orthogonal=0, *, kl_columns="auto", seed=None):

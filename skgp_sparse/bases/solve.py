@@ -44,7 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import coupled
-from .toolkit import blocks, copy_array, own_points, summed_var_adjoint
+from .state import VariationalState, cache_field
+from .toolkit import blocks, own_points, summed_var_adjoint
 from ._fused import add_column_products, add_column_squares, prior_minus_squares, xp_column_products
 from .. import backend as be
 from ..linalg import (
@@ -71,7 +72,7 @@ CONJUGATE_NATURAL_STEP = True
 
 
 @dataclass
-class SolveState:
+class SolveState(VariationalState):
     """Variational parameters of the SOLVE basis.
 
     Attributes
@@ -99,28 +100,12 @@ class SolveState:
     q_mean_orthogonal: np.ndarray
     q_sqrt_orthogonal: np.ndarray
     residual_jitter: float = 0.0
-    precision: np.ndarray = None
-    precision_orthogonal: np.ndarray = None
+    precision: np.ndarray = cache_field()
+    precision_orthogonal: np.ndarray = cache_field()
 
     @property
     def n_orthogonal(self):
         return self.orthogonal.shape[0]
-
-    def copy(self):
-        def maybe(a):
-            return None if a is None else copy_array(a)
-
-        cp = copy_array
-        return SolveState(
-            cp(self.inducing), cp(self.orthogonal), cp(self.q_mean), cp(self.q_sqrt),
-            cp(self.q_mean_orthogonal), cp(self.q_sqrt_orthogonal), self.residual_jitter,
-            maybe(self.precision), maybe(self.precision_orthogonal),
-        )
-
-    def drop_caches(self):
-        """Forget what can be recomputed (before a fitted model is stored and pickled)."""
-        self.precision = None
-        self.precision_orthogonal = None
 
     def block_u(self):
         """q(u') as a coupled state over Z (sharing the arrays)."""
