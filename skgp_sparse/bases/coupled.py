@@ -46,6 +46,7 @@ from ._fused import (
     xp_scaled_difference,
 )
 from . import _collapsed
+from .contract import Basis
 from .state import VariationalState, cache_field
 from .toolkit import blocks, copy_array, factor_kzz, same_values, signed_gram, summed_var_adjoint
 from .. import backend as be
@@ -608,3 +609,25 @@ def make_predictor(kernel, state, jitter):
     inv_low = tri_inverse(low_k)
     alpha = mm(inv_low, state.q_mean, trans_a=True)
     return CoupledPredictor(copy_array(state.inducing), alpha, folded_middle(inv_low, s_minus_identity(state.q_sqrt)))
+
+
+class CoupledBasis(Basis):
+    """The coupled basis: this module's functions behind the :class:`~.contract.Basis` contract."""
+
+    name = "coupled"
+    INDUCING_FIELDS = INDUCING_FIELDS
+    ADAM_FIELDS = ADAM_FIELDS
+    VARIATIONAL_FIELDS = VARIATIONAL_FIELDS
+    EXACT_NATURAL_STEP = EXACT_NATURAL_STEP
+    CONJUGATE_NATURAL_STEP = CONJUGATE_NATURAL_STEP
+    init_state = staticmethod(init_state)
+    marginals = staticmethod(marginals)
+    kl_divergence = staticmethod(kl_divergence)
+    backward = staticmethod(backward)
+    natural_step = staticmethod(natural_step)
+    make_predictor = staticmethod(make_predictor)
+    collapsed_bound = staticmethod(collapsed_bound)
+
+
+#: The coupled basis, as :data:`skgp_sparse.bases.BASES` registers it.
+BASIS = CoupledBasis()

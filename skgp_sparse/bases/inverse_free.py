@@ -137,6 +137,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._fused import xp_column_products
+from .contract import Basis
 from .coupled import CoupledPredictor, covariance_of_output
 from .state import VariationalState
 from .toolkit import blocks, copy_array, same_values, summed_var_adjoint
@@ -1042,3 +1043,24 @@ def diagnostics(kernel, state, jitter):
         worst = max(worst, _frobenius(pt))
         worst_factor = max(worst_factor, _frobenius(residual(low_t, p)))
     return {"t_residual": worst, "t_residual_factor": worst_factor}
+
+
+class InverseFreeBasis(Basis):
+    """The inverse-free basis: this module's functions behind the :class:`~.contract.Basis` contract."""
+
+    name = "inverse_free"
+    INDUCING_FIELDS = INDUCING_FIELDS
+    ADAM_FIELDS = ADAM_FIELDS
+    VARIATIONAL_FIELDS = VARIATIONAL_FIELDS
+    init_state = staticmethod(init_state)
+    marginals = staticmethod(marginals)
+    kl_divergence = staticmethod(kl_divergence)
+    backward = staticmethod(backward)
+    natural_step = staticmethod(natural_step)
+    make_predictor = staticmethod(make_predictor)
+    diagnostics = staticmethod(diagnostics)
+    adam_field_scales = staticmethod(adam_field_scales)
+
+
+#: The inverse-free basis, as :data:`skgp_sparse.bases.BASES` registers it.
+BASIS = InverseFreeBasis()

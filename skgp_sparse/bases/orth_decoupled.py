@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import coupled
+from .contract import Basis
 from .state import VariationalState, cache_field
 from .toolkit import copy_array, own_points, summed_var_adjoint
 from .. import backend as be
@@ -71,8 +72,6 @@ ADAM_FIELDS = ("orth_mean",)
 VARIATIONAL_FIELDS = ("q_mean", "q_sqrt")
 #: Beta's step is the coupled one: from a Gaussian likelihood's adjoints a step of size one
 #: lands on the optimal q(v) for the gamma coefficients where Adam holds them.
-#: Keyword options of :func:`init_state` (the estimators pass these when the basis has them).
-INIT_OPTIONS = ("kl_columns", "seed")
 EXACT_NATURAL_STEP = True
 CONJUGATE_NATURAL_STEP = True
 
@@ -226,6 +225,17 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0, *, kl_columns="
         return OrthState(beta, copy_array(points[n_beta:, ...]), orth_mean, columns, rng)
     beta = coupled.init_state(points[:n_beta], n_outputs, n_covariances)
     return OrthState(beta, points[n_beta:].copy(), np.zeros((n_orthogonal, n_outputs)), columns, rng)
+
+
+def init_options(params, rng):
+    """The options of :func:`init_state` for a fit with the estimator's parameters ``params``:
+    its ``kl_columns``, and where it asks for a gamma set (``n_orthogonal`` > 0) a ``seed``
+    for the column sampler drawn from the fit's generator ``rng`` (only then, so that other
+    fits keep their random stream)."""
+    options = {"kl_columns": params["kl_columns"]}
+    if params["n_orthogonal"] > 0:
+        options["seed"] = int(rng.integers(2**32))
+    return options
 
 
 # --- pieces of the forward pass ----------------------------------------------------------
@@ -585,3 +595,28 @@ def make_predictor(kernel, state, jitter):
     w = solve_triangular(low_k, mm(kernel(state.orthogonal, state.inducing), a, trans_a=True))
     beta = coupled.make_predictor(kernel, _beta_view(state, state.q_mean - w), jitter)
     return OrthPredictor(beta, copy_array(state.orthogonal), copy_array(a))
+
+
+class OrthDecoupledBasis(Basis):
+    """The orthogonally decoupled basis: this module's functions behind the
+    :class:`~.contract.Basis` contract."""
+
+    name = "orth_decoupled"
+    INDUCING_FIELDS = INDUCING_FIELDS
+    ADAM_FIELDS = ADAM_FIELDS
+    VARIATIONAL_FIELDS = VARIATIONAL_FIELDS
+    EXACT_NATURAL_STEP = EXACT_NATURAL_STEP
+    CONJUGATE_NATURAL_STEP = CONJUGATE_NATURAL_STEP
+    #: The gamma set, of ``n_orthogonal`` points.
+    ORTHOGONAL_SET = True
+    init_state = staticmethod(init_state)
+    init_options = staticmethod(init_options)
+    marginals = staticmethod(marginals)
+    kl_divergence = staticmethod(kl_divergence)
+    backward = staticmethod(backward)
+    natural_step = staticmethod(natural_step)
+    make_predictor = staticmethod(make_predictor)
+
+
+#: The orthogonally decoupled basis, as :data:`skgp_sparse.bases.BASES` registers it.
+BASIS = OrthDecoupledBasis()

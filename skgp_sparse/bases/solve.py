@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import coupled
+from .contract import Basis
 from .state import VariationalState, cache_field
 from .toolkit import blocks, own_points, summed_var_adjoint
 from ._fused import add_column_products, add_column_squares, prior_minus_squares, xp_column_products
@@ -670,3 +671,25 @@ def _frozen_block(low0, q_mean, q_sqrt):
                                 for low in blocks(q_sqrt)])
     middle = np.stack([gram(tri_mm(low, inv_low, trans=True), trans=True) - prior_part for low in q_sqrt])
     return alpha, middle
+
+
+class SolveBasis(Basis):
+    """The SOLVE basis: this module's functions behind the :class:`~.contract.Basis` contract."""
+
+    name = "solve"
+    INDUCING_FIELDS = INDUCING_FIELDS
+    ADAM_FIELDS = ADAM_FIELDS
+    VARIATIONAL_FIELDS = VARIATIONAL_FIELDS
+    CONJUGATE_NATURAL_STEP = CONJUGATE_NATURAL_STEP
+    #: The orthogonal set O, of ``n_orthogonal`` points.
+    ORTHOGONAL_SET = True
+    init_state = staticmethod(init_state)
+    marginals = staticmethod(marginals)
+    kl_divergence = staticmethod(kl_divergence)
+    backward = staticmethod(backward)
+    natural_step = staticmethod(natural_step)
+    make_predictor = staticmethod(make_predictor)
+
+
+#: The SOLVE basis, as :data:`skgp_sparse.bases.BASES` registers it.
+BASIS = SolveBasis()
