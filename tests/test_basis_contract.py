@@ -38,6 +38,10 @@ def test_every_registered_basis_keeps_the_contract(name):
     assert basis.name == name
     module = sys.modules[type(basis).__module__]
     assert module.BASIS is basis and as_basis(module) is basis and as_basis(name) is basis and as_basis(basis) is basis
+    # Its members are its module's functions and field tuples (members=globals()).
+    for member in ("INDUCING_FIELDS", "ADAM_FIELDS", "VARIATIONAL_FIELDS", "init_state", "marginals",
+                   "kl_divergence", "backward", "natural_step", "make_predictor"):
+        assert getattr(type(basis), member) is vars(module)[member], member
     # One instance per basis: a pickle refers to it.
     assert pickle.loads(pickle.dumps(basis)) is basis
     points = np.random.default_rng(0).normal(size=(7, 2))
@@ -88,6 +92,22 @@ def test_a_basis_module_without_a_required_member_fails_at_import(tmp_path):
     spec = importlib.util.spec_from_file_location("no_kl_basis", path)
     with pytest.raises(TypeError, match="kl_divergence"):
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
+def test_members_from_a_namespace_take_the_contract_names_only():
+    def marginals(kernel, X, state, jitter, need_grad=True):
+        return "mine"
+
+    namespace = dict(vars(coupled), marginals=marginals, helper=lambda: None, EXACT_NATURAL_STEP=False)
+
+    class Taken(Basis, members=namespace):
+        name = "taken"
+        EXACT_NATURAL_STEP = True  # the class body wins over the namespace
+
+    taken = Taken()
+    assert taken.marginals(None, None, None, 0.0) == "mine"
+    assert taken.backward is coupled.backward and taken.collapsed_bound is coupled.collapsed_bound
+    assert taken.EXACT_NATURAL_STEP is True and not hasattr(taken, "helper")
 
 
 def test_declarations_and_signatures_are_checked():

@@ -5,10 +5,11 @@ KL term, their reverse pass, the natural step, the fitted predictor, the state f
 moves, and what it may add: options of its own, a second inducing set, diagnostics, a
 collapsed bound, Adam rates per field) is written down once, as the abstract base class
 :class:`~skgp_sparse.bases.contract.Basis`, whose docstrings are the contract. Each module
-writes its maths as plain functions and ends with a small subclass of it naming them, and
-one instance, ``BASIS``; a member left out fails when the module is imported. Its state
-is a dataclass deriving from :class:`~skgp_sparse.bases.state.VariationalState`, which
-derives ``copy`` and ``drop_caches`` from the fields.
+writes its maths as plain functions under the contract's names and ends with a small
+subclass of it that takes them (``members=globals()``), and one instance, ``BASIS``; a
+member left out fails when the module is imported. Its state is a dataclass deriving from
+:class:`~skgp_sparse.bases.state.VariationalState`, which derives ``copy`` and
+``drop_caches`` from the fields.
 
 The ELBO, the optimisers and the estimators call a basis's members directly; what differs
 between bases (which take ``n_orthogonal``, which options their ``init_state`` takes) is

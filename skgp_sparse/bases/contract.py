@@ -3,9 +3,9 @@
 A basis is the variational family of a model: its parameters (a state), the latent
 marginals at a minibatch's rows, the KL term, their reverse pass, its natural step and
 the frozen predictor of a fitted model. Each module of :mod:`skgp_sparse.bases` writes
-these as plain functions over arrays and ends with a small subclass of :class:`Basis`
-that names them, and one instance of it, ``BASIS``, which :data:`skgp_sparse.bases.BASES`
-registers. The rest of the package (the ELBO, the optimisers, the estimators) knows a
+these as plain functions over arrays, named as the contract names them, and ends with a
+small subclass of :class:`Basis` that takes them (``members=globals()``) and one instance
+of it, ``BASIS``, which :data:`skgp_sparse.bases.BASES` registers. The rest of the package (the ELBO, the optimisers, the estimators) knows a
 basis only through the members documented here: it calls them directly, and what a basis
 may leave out has a default on :class:`Basis`.
 
@@ -22,9 +22,12 @@ class Basis(ABC):
     """A variational family, as the ELBO, the optimisers and the estimators use it.
 
     A subclass sets the abstract attributes as class attributes and the abstract methods
-    as functions (usually its module's functions, as ``staticmethod``); the members with
-    a default may be left out. Bases hold no state of their own: one instance per basis,
-    its module's ``BASIS``, and a pickle refers to that instance.
+    as functions; the members with a default may be left out. ``class
+    CoupledBasis(Basis, members=globals())`` takes every member of the contract (but
+    ``name``) that its module defines and its body does not, functions as static methods:
+    the bases' modules define their maths as plain functions, which their tests call too.
+    Bases hold no state of their own: one instance per basis, its module's ``BASIS``, and a
+    pickle refers to that instance.
 
     The state a basis works on is a dataclass deriving from
     :class:`~skgp_sparse.bases.state.VariationalState` (which gives it ``copy`` and
@@ -200,6 +203,15 @@ class Basis(ABC):
         return type(self).collapsed_bound is not Basis.collapsed_bound
 
     # --- checks and identity -----------------------------------------------------------
+    def __init_subclass__(cls, members=None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if members is None:
+            return
+        for name in _MODULE_MEMBERS:
+            if name in members and name not in vars(cls):
+                value = members[name]
+                setattr(cls, name, staticmethod(value) if inspect.isfunction(value) else value)
+
     def __init__(self):
         if not isinstance(self.name, str) or not self.name:
             raise TypeError(f"{type(self).__name__}.name must be a non-empty str; got {self.name!r}")
@@ -222,6 +234,12 @@ class Basis(ABC):
         return f"<basis {self.name!r}>"
 
 
+#: The members a subclass may take from its module's namespace (``members=``).
+_MODULE_MEMBERS = (
+    "INDUCING_FIELDS", "ADAM_FIELDS", "VARIATIONAL_FIELDS", "EXACT_NATURAL_STEP", "CONJUGATE_NATURAL_STEP",
+    "ORTHOGONAL_SET", "init_state", "init_options", "marginals", "kl_divergence", "backward", "natural_step",
+    "make_predictor", "diagnostics", "adam_field_scales", "collapsed_bound",
+)
 #: The methods the package calls, with the arguments it passes positionally.
 _CALLED_METHODS = (
     "init_state", "marginals", "kl_divergence", "backward", "natural_step", "make_predictor", "init_options",

@@ -611,22 +611,11 @@ def make_predictor(kernel, state, jitter):
     return CoupledPredictor(copy_array(state.inducing), alpha, folded_middle(inv_low, s_minus_identity(state.q_sqrt)))
 
 
-class CoupledBasis(Basis):
-    """The coupled basis: this module's functions behind the :class:`~.contract.Basis` contract."""
+class CoupledBasis(Basis, members=globals()):
+    """The coupled basis: this module's functions and field tuples, under the names of the
+    :class:`~.contract.Basis` contract."""
 
     name = "coupled"
-    INDUCING_FIELDS = INDUCING_FIELDS
-    ADAM_FIELDS = ADAM_FIELDS
-    VARIATIONAL_FIELDS = VARIATIONAL_FIELDS
-    EXACT_NATURAL_STEP = EXACT_NATURAL_STEP
-    CONJUGATE_NATURAL_STEP = CONJUGATE_NATURAL_STEP
-    init_state = staticmethod(init_state)
-    marginals = staticmethod(marginals)
-    kl_divergence = staticmethod(kl_divergence)
-    backward = staticmethod(backward)
-    natural_step = staticmethod(natural_step)
-    make_predictor = staticmethod(make_predictor)
-    collapsed_bound = staticmethod(collapsed_bound)
 
 
 #: The coupled basis, as :data:`skgp_sparse.bases.BASES` registers it.

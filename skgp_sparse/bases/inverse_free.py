@@ -1045,21 +1045,11 @@ def diagnostics(kernel, state, jitter):
     return {"t_residual": worst, "t_residual_factor": worst_factor}
 
 
-class InverseFreeBasis(Basis):
-    """The inverse-free basis: this module's functions behind the :class:`~.contract.Basis` contract."""
+class InverseFreeBasis(Basis, members=globals()):
+    """The inverse-free basis: this module's functions and field tuples, under the names of the
+    :class:`~.contract.Basis` contract."""
 
     name = "inverse_free"
-    INDUCING_FIELDS = INDUCING_FIELDS
-    ADAM_FIELDS = ADAM_FIELDS
-    VARIATIONAL_FIELDS = VARIATIONAL_FIELDS
-    init_state = staticmethod(init_state)
-    marginals = staticmethod(marginals)
-    kl_divergence = staticmethod(kl_divergence)
-    backward = staticmethod(backward)
-    natural_step = staticmethod(natural_step)
-    make_predictor = staticmethod(make_predictor)
-    diagnostics = staticmethod(diagnostics)
-    adam_field_scales = staticmethod(adam_field_scales)
 
 
 #: The inverse-free basis, as :data:`skgp_sparse.bases.BASES` registers it.

@@ -597,25 +597,13 @@ def make_predictor(kernel, state, jitter):
     return OrthPredictor(beta, copy_array(state.orthogonal), copy_array(a))
 
 
-class OrthDecoupledBasis(Basis):
-    """The orthogonally decoupled basis: this module's functions behind the
+class OrthDecoupledBasis(Basis, members=globals()):
+    """The orthogonally decoupled basis: this module's functions and field tuples, under the names of the
     :class:`~.contract.Basis` contract."""
 
     name = "orth_decoupled"
-    INDUCING_FIELDS = INDUCING_FIELDS
-    ADAM_FIELDS = ADAM_FIELDS
-    VARIATIONAL_FIELDS = VARIATIONAL_FIELDS
-    EXACT_NATURAL_STEP = EXACT_NATURAL_STEP
-    CONJUGATE_NATURAL_STEP = CONJUGATE_NATURAL_STEP
     #: The gamma set, of ``n_orthogonal`` points.
     ORTHOGONAL_SET = True
-    init_state = staticmethod(init_state)
-    init_options = staticmethod(init_options)
-    marginals = staticmethod(marginals)
-    kl_divergence = staticmethod(kl_divergence)
-    backward = staticmethod(backward)
-    natural_step = staticmethod(natural_step)
-    make_predictor = staticmethod(make_predictor)
 
 
 #: The orthogonally decoupled basis, as :data:`skgp_sparse.bases.BASES` registers it.

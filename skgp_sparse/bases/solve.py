@@ -673,22 +673,13 @@ def _frozen_block(low0, q_mean, q_sqrt):
     return alpha, middle
 
 
-class SolveBasis(Basis):
-    """The SOLVE basis: this module's functions behind the :class:`~.contract.Basis` contract."""
+class SolveBasis(Basis, members=globals()):
+    """The SOLVE basis: this module's functions and field tuples, under the names of the
+    :class:`~.contract.Basis` contract."""
 
     name = "solve"
-    INDUCING_FIELDS = INDUCING_FIELDS
-    ADAM_FIELDS = ADAM_FIELDS
-    VARIATIONAL_FIELDS = VARIATIONAL_FIELDS
-    CONJUGATE_NATURAL_STEP = CONJUGATE_NATURAL_STEP
     #: The orthogonal set O, of ``n_orthogonal`` points.
     ORTHOGONAL_SET = True
-    init_state = staticmethod(init_state)
-    marginals = staticmethod(marginals)
-    kl_divergence = staticmethod(kl_divergence)
-    backward = staticmethod(backward)
-    natural_step = staticmethod(natural_step)
-    make_predictor = staticmethod(make_predictor)
 
 
 #: The SOLVE basis, as :data:`skgp_sparse.bases.BASES` registers it.
