@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import backend
+from .bases import as_basis
 
 
 class TargetLayout:
@@ -68,7 +69,9 @@ class VariationalModel:
 
     Parameters
     ----------
-    basis : module from :mod:`skgp_sparse.bases`
+    basis : Basis, str or module
+        The variational family (:class:`skgp_sparse.bases.Basis`), or its name in
+        :data:`skgp_sparse.bases.BASES`, or its module (see :func:`skgp_sparse.bases.as_basis`).
     kernel : compiled kernel (:func:`skgp_sparse.kernels.compile_kernel`)
     likelihood : likelihood object (:mod:`skgp_sparse.likelihoods`)
     state : the basis's state (variational parameters and inducing inputs)
@@ -95,8 +98,9 @@ class VariationalModel:
         self, basis, kernel, likelihood, state, n_data, noise=None, learn_inducing=True, jitter=1e-6, natural=True,
         latent_noise=None, learn_hyperparameters=True,
     ):
-        if not natural and not hasattr(basis, "VARIATIONAL_FIELDS"):
-            raise ValueError(f"the {basis.__name__.rsplit('.', 1)[-1]} basis has no Adam-only mode")
+        basis = as_basis(basis)
+        if not natural and not basis.VARIATIONAL_FIELDS:
+            raise ValueError(f"the {basis.name} basis has no Adam-only mode")
         self.basis = basis
         self.kernel = kernel
         self.likelihood = likelihood
@@ -107,9 +111,9 @@ class VariationalModel:
         self.learn_hyperparameters = learn_hyperparameters
         self.natural = natural
         self.learn_fields = (
-            tuple(basis.ADAM_FIELDS)
-            + (tuple(basis.INDUCING_FIELDS) if learn_inducing else ())
-            + (() if natural else tuple(basis.VARIATIONAL_FIELDS))
+            basis.ADAM_FIELDS
+            + (basis.INDUCING_FIELDS if learn_inducing else ())
+            + (() if natural else basis.VARIATIONAL_FIELDS)
         )
         self.jitter = jitter
         #: Layout of the target arrays handed to :meth:`evaluate` (targets only unless a
@@ -153,9 +157,8 @@ class VariationalModel:
     def adam_rate_scales(self, step):
         """Multipliers of Adam's learning rate per state field for training step ``step``
         (counted from the model's first step), as the basis's ``adam_field_scales`` gives
-        them; None (all ones) for a basis without one."""
-        rule = getattr(self.basis, "adam_field_scales", None)
-        return None if rule is None else rule(self.state, step)
+        them (None, all ones, by default)."""
+        return self.basis.adam_field_scales(self.state, step)
 
     def set_adam_params(self, params):
         if "theta" in params:
@@ -204,8 +207,8 @@ class VariationalModel:
         on q, a conjugate likelihood, and a basis whose step is exact (``jointly``: for all
         its Gaussian blocks at once, ``EXACT_NATURAL_STEP``; otherwise for each block given
         the others, ``CONJUGATE_NATURAL_STEP``)."""
-        flag = "EXACT_NATURAL_STEP" if jointly else "CONJUGATE_NATURAL_STEP"
-        return self.natural and self.likelihood.conjugate and getattr(self.basis, flag, False)
+        exact = self.basis.EXACT_NATURAL_STEP if jointly else self.basis.CONJUGATE_NATURAL_STEP
+        return self.natural and self.likelihood.conjugate and exact
 
     def evaluate(self, X, Y, need_grad=True):
         """ELBO estimate from the rows (X, Y) of the training set, and its gradients.
@@ -261,11 +264,11 @@ class VariationalModel:
     def collapses(self):
         """Whether :meth:`collapsed_evaluate` answers: the bound with q(u) optimal exists in
         closed form (:meth:`natural_step_is_exact`), the basis writes it in one pass
-        (``collapsed_bound``), and every row's noise is the one learned variance (no known
+        (``has_collapsed_bound``), and every row's noise is the one learned variance (no known
         per-row noise, no latent white noise)."""
         return (
             self.natural_step_is_exact()
-            and hasattr(self.basis, "collapsed_bound")
+            and self.basis.has_collapsed_bound
             and self.noise is not None
             and self.latent_noise is None
             and not (self.layout is not None and self.layout.known_noise)
@@ -363,8 +366,7 @@ class VariationalModel:
 
     def diagnostics(self):
         """The basis's diagnostics of the current state (``{}`` when it offers none)."""
-        fn = getattr(self.basis, "diagnostics", None)
-        return {} if fn is None else fn(self.kernel, self.state, self.jitter)
+        return self.basis.diagnostics(self.kernel, self.state, self.jitter)
 
     def predictor(self):
         return self.basis.make_predictor(self.kernel, self.state, self.jitter)

@@ -120,7 +120,7 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         n_orthogonal = min(self.n_orthogonal, Z.shape[0] - 1)
         state = BASES[self.basis].init_state(
             Z, n_outputs=n_outputs, n_covariances=n_covariances, n_orthogonal=n_orthogonal,
-            **self._basis_options(rng),
+            **BASES[self.basis].init_options(self.get_params(deep=False), rng),
         )
         return self._build_model(kernel, state, n_data)
 
@@ -145,16 +145,6 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         search.layout = model.layout
         search.jitter = model.jitter
         return search
-
-    def _basis_options(self, rng):
-        """The keyword options of the basis's ``init_state`` (``INIT_OPTIONS``) from the
-        estimator's parameters; a seed is drawn from ``rng`` only when the basis has an
-        orthogonal set to sample, so that other fits keep their random stream."""
-        accepted = getattr(BASES[self.basis], "INIT_OPTIONS", ())
-        options = {"kl_columns": self.kl_columns}
-        if "seed" in accepted and self.n_orthogonal > 0:
-            options["seed"] = int(rng.integers(2**32))
-        return {name: value for name, value in options.items() if name in accepted}
 
     def _layout(self, Y, weights, known_noise):
         """The model's target layout for this call, and the training array it reads."""
@@ -240,9 +230,8 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         model.state.drop_caches()
         self.variational_state_ = model.state
         self.inducing_points_ = model.state.inducing
-        orthogonal = getattr(model.state, "orthogonal", None)
-        if orthogonal is not None:
-            self.orthogonal_points_ = orthogonal
+        if model.basis.ORTHOGONAL_SET:
+            self.orthogonal_points_ = model.state.orthogonal
         self.jitter_ = model.jitter
         self.n_iter_ = history.n_epochs + (self.n_iter_ if append else 0)
         self.n_steps_ = result.steps_before + history.n_steps

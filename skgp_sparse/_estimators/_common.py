@@ -16,7 +16,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel, Matern
 from sklearn.utils._param_validation import Interval, Options, StrOptions
 
 from .. import backend
-from ..bases import BASES, ORTHOGONAL_BASES
+from ..bases import BASES
 from ..inducing import METHODS as INDUCING_METHODS
 from ..inducing import initial_inducing
 from ..kernels import compile_kernel
@@ -60,10 +60,12 @@ def dtype_name(dtype):
 
 
 def check_basis_options(basis, n_orthogonal):
-    """Refuse combinations that cannot work, with a message that says why."""
-    if n_orthogonal != 0 and basis not in ORTHOGONAL_BASES:
+    """Refuse combinations that cannot work, with a message that says why: a second
+    inducing set for a basis that does not declare one (``ORTHOGONAL_SET``)."""
+    if n_orthogonal != 0 and not BASES[basis].ORTHOGONAL_SET:
+        takers = [name for name, other in BASES.items() if other.ORTHOGONAL_SET]
         raise ValueError(
-            f"n_orthogonal={n_orthogonal} is only used by the bases {list(ORTHOGONAL_BASES)}; "
+            f"n_orthogonal={n_orthogonal} is only used by the bases {takers}; "
             f"basis={basis!r} has no orthogonal set, so leave n_orthogonal=0"
         )
 

@@ -1,41 +1,56 @@
-"""Variational families. Each module offers the same small set of functions:
+"""Variational families, one module each, behind one contract.
 
-- ``init_state(points, n_outputs, n_covariances, n_orthogonal, **options)``: the starting
-  state from ``n_inducing + n_orthogonal`` initial inducing inputs (the basis splits them);
-  the keyword options a basis takes are named in its ``INIT_OPTIONS`` (default none) and
-  stored on the state, so that they are per fit and pickle with the model (orth_decoupled:
-  ``kl_columns`` and the ``seed`` of its column sampler);
-- ``marginals(kernel, X, state, jitter, need_grad)`` -> ``(mean (B, P), var (B, C), tape)``;
-- ``kl_divergence(kernel, state, jitter, tape=None)``: the KL term (a tape from the same
-  parameters saves recomputing kernel matrices);
-- ``backward(tape, state, d_mean, d_var, fields)`` -> ``(theta_bar, {field: bar})``: the
-  gradient of ``F(mean, var) - KL`` where F's adjoints are d_mean and d_var;
-- ``natural_step(tape, state, d_mean, d_var, step)`` -> new state (for the same objective);
-- ``make_predictor(kernel, state, jitter)`` -> an object with ``latent(kernel, X, full_cov)``;
+What a basis provides (its starting state, the latent marginals at a minibatch's rows, the
+KL term, their reverse pass, the natural step, the fitted predictor, the state fields Adam
+moves, and what it may add: options of its own, a second inducing set, diagnostics, a
+collapsed bound, Adam rates per field) is written down once, as the abstract base class
+:class:`~skgp_sparse.bases.contract.Basis`, whose docstrings are the contract. Each module
+writes its maths as plain functions under the contract's names and ends with a small
+subclass of it that takes them (``members=globals()``), and one instance, ``BASIS``; a
+member left out fails when the module is imported. Its state is a dataclass deriving from
+:class:`~skgp_sparse.bases.state.VariationalState`, which derives ``copy`` and
+``drop_caches`` from the fields.
 
-and three tuples of state fields: ``INDUCING_FIELDS`` (moved by Adam when inducing inputs
-are learned), ``ADAM_FIELDS`` (always moved by Adam) and ``VARIATIONAL_FIELDS`` (moved by
-Adam instead of natural steps with ``variational_optimizer="adam"``). A state has
-``inducing``, ``q_mean`` (M, P), ``copy()`` and ``drop_caches()``, and ``orthogonal`` when
-the basis has a second inducing set. ``EXACT_NATURAL_STEP`` (default False) says that a
-natural step of size one from a conjugate likelihood's adjoints lands on the optimal q for
-those rows (the coupled basis): full-batch Gaussian fits then optimise the collapsed bound.
-``CONJUGATE_NATURAL_STEP`` (default False) says that it lands on each Gaussian block's
-optimum given the others: a pass of such steps settles q after a minibatch fit.
-
-A basis may also offer ``adam_field_scales(state, step)`` -> ``{field: multiplier}``: the
-training loop then scales Adam's learning rate of those fields at that step (0 holds a field
-still; inverse_free moves its inducing inputs at a tenth of the rate).
-
-A basis may overwrite the matrices that ``kernel.vjp`` returned to it (the compiled kernels
-hand over ownership, :mod:`skgp_sparse.kernels._base`).
+The ELBO, the optimisers and the estimators call a basis's members directly; what differs
+between bases (which take ``n_orthogonal``, which options their ``init_state`` takes) is
+asked of the basis, not listed elsewhere.
 """
 
+from types import ModuleType
+
 from . import coupled, inverse_free, orth_decoupled, solve
+from .contract import Basis
+from .state import VariationalState
 
 #: Bases by the name used in ``basis=``.
-BASES = {"coupled": coupled, "orth_decoupled": orth_decoupled, "solve": solve, "inverse_free": inverse_free}
-#: Bases that use ``n_orthogonal``.
-ORTHOGONAL_BASES = ("orth_decoupled", "solve")
+BASES = {basis.name: basis for basis in (coupled.BASIS, orth_decoupled.BASIS, solve.BASIS, inverse_free.BASIS)}
+#: Names of the bases that use ``n_orthogonal`` (those that declare ``ORTHOGONAL_SET``).
+ORTHOGONAL_BASES = tuple(name for name, basis in BASES.items() if basis.ORTHOGONAL_SET)
 
-__all__ = ["BASES", "ORTHOGONAL_BASES", "coupled", "orth_decoupled", "solve", "inverse_free"]
+
+def as_basis(basis):
+    """The :class:`~skgp_sparse.bases.contract.Basis` that ``basis`` stands for.
+
+    Parameters
+    ----------
+    basis : Basis, str or module
+        A basis itself, its name in :data:`BASES`, or the module that defines it (its
+        ``BASIS``).
+
+    Returns
+    -------
+    Basis
+    """
+    if isinstance(basis, Basis):
+        return basis
+    if isinstance(basis, str) and basis in BASES:
+        return BASES[basis]
+    if isinstance(basis, ModuleType) and isinstance(vars(basis).get("BASIS"), Basis):
+        return basis.BASIS
+    raise TypeError(f"not a basis: {basis!r}; give a Basis, one of the names {list(BASES)} or a basis module")
+
+
+__all__ = [
+    "BASES", "ORTHOGONAL_BASES", "Basis", "VariationalState", "as_basis", "coupled", "orth_decoupled", "solve",
+    "inverse_free",
+]

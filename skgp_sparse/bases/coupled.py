@@ -46,6 +46,8 @@ from ._fused import (
     xp_scaled_difference,
 )
 from . import _collapsed
+from .contract import Basis
+from .state import VariationalState, cache_field
 from .toolkit import blocks, copy_array, factor_kzz, same_values, signed_gram, summed_var_adjoint
 from .. import backend as be
 from ..linalg import (
@@ -74,7 +76,7 @@ CONJUGATE_NATURAL_STEP = True
 
 
 @dataclass
-class CoupledState:
+class CoupledState(VariationalState):
     """Variational parameters of the coupled basis.
 
     The arrays are numpy arrays, or all arrays of one other namespace (then
@@ -95,15 +97,7 @@ class CoupledState:
     inducing: np.ndarray
     q_mean: np.ndarray
     q_sqrt: np.ndarray
-    precision: np.ndarray = None
-
-    def copy(self):
-        precision = None if self.precision is None else copy_array(self.precision)
-        return CoupledState(copy_array(self.inducing), copy_array(self.q_mean), copy_array(self.q_sqrt), precision)
-
-    def drop_caches(self):
-        """Forget what can be recomputed (before a fitted model is stored and pickled)."""
-        self.precision = None
+    precision: np.ndarray = cache_field()
 
     def precisions(self):
         """S_c^-1 for every covariance."""
@@ -615,3 +609,14 @@ def make_predictor(kernel, state, jitter):
     inv_low = tri_inverse(low_k)
     alpha = mm(inv_low, state.q_mean, trans_a=True)
     return CoupledPredictor(copy_array(state.inducing), alpha, folded_middle(inv_low, s_minus_identity(state.q_sqrt)))
+
+
+class CoupledBasis(Basis, members=globals()):
+    """The coupled basis: this module's functions and field tuples, under the names of the
+    :class:`~.contract.Basis` contract."""
+
+    name = "coupled"
+
+
+#: The coupled basis, as :data:`skgp_sparse.bases.BASES` registers it.
+BASIS = CoupledBasis()

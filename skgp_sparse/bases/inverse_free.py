@@ -137,7 +137,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._fused import xp_column_products
+from .contract import Basis
 from .coupled import CoupledPredictor, covariance_of_output
+from .state import VariationalState
 from .toolkit import blocks, copy_array, same_values, summed_var_adjoint
 from .. import backend as be
 from ..linalg import CholeskyError, gram, mm, tri_mm
@@ -202,7 +204,7 @@ LEGACY_SETTINGS = InverseFreeSettings(preconditioned_mean=False, t_max_iter=4, i
 
 
 @dataclass
-class InverseFreeState:
+class InverseFreeState(VariationalState):
     """Variational parameters of the inverse-free basis.
 
     The arrays are numpy arrays, or all arrays of one other namespace (then
@@ -235,18 +237,6 @@ class InverseFreeState:
     n_covariances: int = 1
     refine_t: bool = False
     settings: InverseFreeSettings = field(default_factory=InverseFreeSettings)
-
-    def copy(self):
-        def dup(a):
-            return None if a is None else copy_array(a)
-
-        return InverseFreeState(
-            copy_array(self.inducing), copy_array(self.q_mean), dup(self.sigma_sqrt), dup(self.t_sqrt),
-            self.n_covariances, self.refine_t, self.settings,
-        )
-
-    def drop_caches(self):
-        """Nothing is cached: every field is a parameter."""
 
     def __setstate__(self, saved):
         # A state pickled before the settings existed holds mu itself and was trained with
@@ -1053,3 +1043,14 @@ def diagnostics(kernel, state, jitter):
         worst = max(worst, _frobenius(pt))
         worst_factor = max(worst_factor, _frobenius(residual(low_t, p)))
     return {"t_residual": worst, "t_residual_factor": worst_factor}
+
+
+class InverseFreeBasis(Basis, members=globals()):
+    """The inverse-free basis: this module's functions and field tuples, under the names of the
+    :class:`~.contract.Basis` contract."""
+
+    name = "inverse_free"
+
+
+#: The inverse-free basis, as :data:`skgp_sparse.bases.BASES` registers it.
+BASIS = InverseFreeBasis()

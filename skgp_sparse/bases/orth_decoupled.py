@@ -51,12 +51,13 @@ select are taken with ``take`` and their adjoints put back by a product with the
 checks them against numpy.
 """
 
-import copy
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import coupled
+from .contract import Basis
+from .state import VariationalState, cache_field
 from .toolkit import copy_array, own_points, summed_var_adjoint
 from .. import backend as be
 from ..kernels import CompiledKernel
@@ -71,8 +72,6 @@ ADAM_FIELDS = ("orth_mean",)
 VARIATIONAL_FIELDS = ("q_mean", "q_sqrt")
 #: Beta's step is the coupled one: from a Gaussian likelihood's adjoints a step of size one
 #: lands on the optimal q(v) for the gamma coefficients where Adam holds them.
-#: Keyword options of :func:`init_state` (the estimators pass these when the basis has them).
-INIT_OPTIONS = ("kl_columns", "seed")
 EXACT_NATURAL_STEP = True
 CONJUGATE_NATURAL_STEP = True
 
@@ -116,7 +115,7 @@ def resolve_kl_columns(kl_columns, n_orthogonal):
 
 
 @dataclass
-class OrthState:
+class OrthState(VariationalState):
     """Variational parameters of the orthogonally decoupled basis.
 
     The arrays are numpy arrays (float64), or all arrays of one other namespace, on one
@@ -142,8 +141,9 @@ class OrthState:
     kl_columns: int = None
     column_rng: object = field(default=None, repr=False)
     # The exact a^T K_gg a of the last evaluation without gradients, with what it was
-    # computed from: the reported ELBO and natural-only evaluations reuse it.
-    quadratic_cache: object = field(default=None, repr=False, compare=False)
+    # computed from: the reported ELBO and natural-only evaluations reuse it. Transient:
+    # a copy or a pickle starts without it.
+    quadratic_cache: object = cache_field(transient=True, repr=False, compare=False)
 
     # The coupled fields, so that the optimiser and the estimators see one flat state.
     @property
@@ -174,22 +174,6 @@ class OrthState:
     def n_orthogonal(self):
         return self.orthogonal.shape[0]
 
-    def copy(self):
-        # The generator is copied with its position: the copy draws what the original would.
-        return OrthState(
-            self.beta.copy(), copy_array(self.orthogonal), copy_array(self.orth_mean), self.kl_columns,
-            copy.deepcopy(self.column_rng),
-        )
-
-    def drop_caches(self):
-        """Forget what can be recomputed (before a fitted model is stored and pickled)."""
-        self.beta.drop_caches()
-        self.quadratic_cache = None
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["quadratic_cache"] = None
-        return state
 
 
 def init_state(points, n_outputs, n_covariances, n_orthogonal=0, *, kl_columns="auto", seed=None):
@@ -241,6 +225,17 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0, *, kl_columns="
         return OrthState(beta, copy_array(points[n_beta:, ...]), orth_mean, columns, rng)
     beta = coupled.init_state(points[:n_beta], n_outputs, n_covariances)
     return OrthState(beta, points[n_beta:].copy(), np.zeros((n_orthogonal, n_outputs)), columns, rng)
+
+
+def init_options(params, rng):
+    """The options of :func:`init_state` for a fit with the estimator's parameters ``params``:
+    its ``kl_columns``, and where it asks for a gamma set (``n_orthogonal`` > 0) a ``seed``
+    for the column sampler drawn from the fit's generator ``rng`` (only then, so that other
+    fits keep their random stream)."""
+    options = {"kl_columns": params["kl_columns"]}
+    if params["n_orthogonal"] > 0:
+        options["seed"] = int(rng.integers(2**32))
+    return options
 
 
 # --- pieces of the forward pass ----------------------------------------------------------
@@ -600,3 +595,16 @@ def make_predictor(kernel, state, jitter):
     w = solve_triangular(low_k, mm(kernel(state.orthogonal, state.inducing), a, trans_a=True))
     beta = coupled.make_predictor(kernel, _beta_view(state, state.q_mean - w), jitter)
     return OrthPredictor(beta, copy_array(state.orthogonal), copy_array(a))
+
+
+class OrthDecoupledBasis(Basis, members=globals()):
+    """The orthogonally decoupled basis: this module's functions and field tuples, under the names of the
+    :class:`~.contract.Basis` contract."""
+
+    name = "orth_decoupled"
+    #: The gamma set, of ``n_orthogonal`` points.
+    ORTHOGONAL_SET = True
+
+
+#: The orthogonally decoupled basis, as :data:`skgp_sparse.bases.BASES` registers it.
+BASIS = OrthDecoupledBasis()

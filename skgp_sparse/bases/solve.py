@@ -44,7 +44,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import coupled
-from .toolkit import blocks, copy_array, own_points, summed_var_adjoint
+from .contract import Basis
+from .state import VariationalState, cache_field
+from .toolkit import blocks, own_points, summed_var_adjoint
 from ._fused import add_column_products, add_column_squares, prior_minus_squares, xp_column_products
 from .. import backend as be
 from ..linalg import (
@@ -71,7 +73,7 @@ CONJUGATE_NATURAL_STEP = True
 
 
 @dataclass
-class SolveState:
+class SolveState(VariationalState):
     """Variational parameters of the SOLVE basis.
 
     Attributes
@@ -99,28 +101,12 @@ class SolveState:
     q_mean_orthogonal: np.ndarray
     q_sqrt_orthogonal: np.ndarray
     residual_jitter: float = 0.0
-    precision: np.ndarray = None
-    precision_orthogonal: np.ndarray = None
+    precision: np.ndarray = cache_field()
+    precision_orthogonal: np.ndarray = cache_field()
 
     @property
     def n_orthogonal(self):
         return self.orthogonal.shape[0]
-
-    def copy(self):
-        def maybe(a):
-            return None if a is None else copy_array(a)
-
-        cp = copy_array
-        return SolveState(
-            cp(self.inducing), cp(self.orthogonal), cp(self.q_mean), cp(self.q_sqrt),
-            cp(self.q_mean_orthogonal), cp(self.q_sqrt_orthogonal), self.residual_jitter,
-            maybe(self.precision), maybe(self.precision_orthogonal),
-        )
-
-    def drop_caches(self):
-        """Forget what can be recomputed (before a fitted model is stored and pickled)."""
-        self.precision = None
-        self.precision_orthogonal = None
 
     def block_u(self):
         """q(u') as a coupled state over Z (sharing the arrays)."""
@@ -685,3 +671,16 @@ def _frozen_block(low0, q_mean, q_sqrt):
                                 for low in blocks(q_sqrt)])
     middle = np.stack([gram(tri_mm(low, inv_low, trans=True), trans=True) - prior_part for low in q_sqrt])
     return alpha, middle
+
+
+class SolveBasis(Basis, members=globals()):
+    """The SOLVE basis: this module's functions and field tuples, under the names of the
+    :class:`~.contract.Basis` contract."""
+
+    name = "solve"
+    #: The orthogonal set O, of ``n_orthogonal`` points.
+    ORTHOGONAL_SET = True
+
+
+#: The SOLVE basis, as :data:`skgp_sparse.bases.BASES` registers it.
+BASIS = SolveBasis()

@@ -28,7 +28,7 @@ class History:
         Whether a KeyboardInterrupt (Ctrl-C) ended the fit; the model then holds the
         parameters of the last completed step.
     diagnostics : list of dict
-        The basis's end-of-epoch diagnostics (bases without ``diagnostics``: empty).
+        The basis's end-of-epoch diagnostics (none for a basis that reports none).
     """
 
     elbo: list = field(default_factory=list)
