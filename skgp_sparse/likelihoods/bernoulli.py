@@ -5,6 +5,7 @@ import math
 import numpy as np
 
 from .. import backend
+from . import _special as special
 from ._quadrature import as_working_floats, gauss_hermite, latent_nodes, rule_like
 
 # Python floats, not numpy scalars: array_api_strict refuses numpy scalars, and a
@@ -19,8 +20,8 @@ def _probit_terms(z, xp=np):
     The inverse Mills ratio r = phi(z) / Phi(z) is taken as sqrt(2/pi) / erfcx(-z/sqrt2):
     the Gaussian factors that underflow in phi and Phi for large |z| cancel analytically.
     """
-    log_p = backend.log_ndtr(z, xp)
-    r = _SQRT_2_OVER_PI / backend.erfcx(-z / _SQRT2, xp)
+    log_p = special.log_ndtr(z, xp)
+    r = _SQRT_2_OVER_PI / special.erfcx(-z / _SQRT2, xp)
     # r (z + r) is the variance deficit of a truncated normal, so it lies in (0, 1); far in
     # the left tail z + r is a difference of large numbers, and the clip keeps rounding
     # error there from leaving that interval.
@@ -31,8 +32,8 @@ def _probit_terms(z, xp=np):
 def _logit_terms(z, xp=np):
     """log sigmoid(z) and its first two derivatives in z."""
     log_p = -xp.logaddexp(0.0, -z)
-    d1 = backend.expit(-z, xp)
-    d2 = -backend.expit(z, xp) * d1
+    d1 = special.expit(-z, xp)
+    d2 = -special.expit(z, xp) * d1
     return log_p, d1, d2
 
 
@@ -130,5 +131,5 @@ class BernoulliLikelihood:
         xp = backend.input_namespace(mean, var)
         _, mean, var, nodes, w = self._inputs(xp, None, mean, var)
         if self.link == "probit":
-            return backend.ndtr(mean / xp.sqrt(1.0 + xp.maximum(var, 0.0)), xp)
-        return xp.reshape(backend.expit(latent_nodes(nodes, mean, var, xp), xp) @ w, mean.shape)
+            return special.ndtr(mean / xp.sqrt(1.0 + xp.maximum(var, 0.0)), xp)
+        return xp.reshape(special.expit(latent_nodes(nodes, mean, var, xp), xp) @ w, mean.shape)

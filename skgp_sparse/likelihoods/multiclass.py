@@ -17,6 +17,7 @@ import numpy as np
 from numpy.polynomial.hermite import hermgauss
 
 from .. import backend
+from . import _special as special
 from ._quadrature import as_working_floats, rule_like
 
 #: Floor of the marginal variances under a square root; the derivatives below it are
@@ -115,7 +116,7 @@ class RobustMaxLikelihood:
         root_2v_y = xp.sqrt(2.0 * v_y)
         u = m_y[:, None] + root_2v_y[:, None] * nodes  # (n, Q)
         z = (u[:, :, None] - mean[:, None, :]) / s[:, None, :]  # (n, Q, K)
-        log_phi_cdf = backend.log_ndtr(z, xp)
+        log_phi_cdf = special.log_ndtr(z, xp)
         label = _one_hot(idx, K, xp)  # (n, K)
         own = label[:, None, :]
         # The label's own column is not a factor of the product.
@@ -282,7 +283,7 @@ class SoftmaxLikelihood:
         n = mean.shape[0]
         idx = _check_labels(y, n, self.n_classes, xp)
         f, s, draws = self._latent_draws(mean, var, xp)
-        log_p = backend.log_softmax(f, 2, xp)
+        log_p = special.log_softmax(f, 2, xp)
         # d log softmax(f)_y / d f = onehot(y) - softmax(f).
         grad = -xp.exp(log_p)
         if xp is np:
@@ -318,4 +319,4 @@ class SoftmaxLikelihood:
         xp = backend.input_namespace(mean, var)
         mean, var = _marginals(xp, mean, var)
         f, _, _ = self._latent_draws(mean, var, xp)
-        return xp.mean(backend.softmax(f, 2, xp), axis=1)
+        return xp.mean(special.softmax(f, 2, xp), axis=1)

@@ -3,6 +3,7 @@
 import numpy as np
 
 from .. import backend
+from . import _special as special
 from ._quadrature import as_working_floats, gauss_hermite, rule_like
 
 #: Gauss-Hermite nodes of log_predictive_density (prediction only, so generous).
@@ -135,7 +136,7 @@ class PoissonLikelihood:
         xp = backend.input_namespace(y, mean, var)
         y, mean, var = self._inputs(xp, y, mean, var, reference=(mean, var))
         rate = self._mean_rate(mean, var, xp)
-        ell = y * (mean + self.log_offset) - rate - backend.gammaln(y + 1.0, xp)
+        ell = y * (mean + self.log_offset) - rate - special.gammaln(y + 1.0, xp)
         return ell, y - rate, -0.5 * rate
 
     def predictive(self, mean, var):
@@ -193,13 +194,13 @@ class PoissonLikelihood:
         # d = v (y - exp(eta + d)), i.e. d = v y - W(v exp(eta + v y)) with Lambert's W,
         # taken as Wright's omega of the logarithm so that it cannot overflow.
         # (Any centre would do; the mode makes the rule accurate.)
-        d = v * y - backend.wrightomega(xp.log(v) + eta + v * y, xp)
+        d = v * y - special.wrightomega(xp.log(v) + eta + v * y, xp)
         v_rate = v * xp.exp(eta + d)
         spread = xp.sqrt(2.0 * v / (1.0 + v_rate))  # sqrt(2) / sqrt(curvature at the mode)
         x, w = rule_like(*gauss_hermite(_LPD_POINTS), v)
         nodes = d + spread * x
-        log_y_factorial = backend.gammaln(y + 1.0, xp)
+        log_y_factorial = special.gammaln(y + 1.0, xp)
         log_f = -0.5 * nodes * nodes / v + y * (eta + nodes) - xp.exp(eta + nodes) - log_y_factorial
         # p(y) = (spread / sqrt(2 pi v)) * sqrt(pi) * sum_i w_i exp(log_f_i + x_i^2).
-        lpd = backend.logsumexp(log_f + x * x, axis=1, b=w, keepdims=True, xp=xp) - 0.5 * xp.log1p(v_rate)
+        lpd = special.logsumexp(log_f + x * x, axis=1, b=w, keepdims=True, xp=xp) - 0.5 * xp.log1p(v_rate)
         return xp.reshape(lpd, shape)

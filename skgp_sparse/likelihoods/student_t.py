@@ -6,6 +6,7 @@ import numpy as np
 from scipy.special import betaln, digamma, gammainccinv, gammaincinv, gammaln, polygamma
 
 from .. import backend
+from . import _special as special
 from ._quadrature import as_working_floats, check_n_points, gauss_hermite, latent_nodes, rule_like
 
 LOG_2PI = np.log(2.0 * np.pi)
@@ -368,5 +369,5 @@ class StudentTLikelihood:
             log_s = xp.logaddexp(xp.log(v), -u)  # log of (var + scale^2 / lam) / scale^2
         log_gamma = float(k * np.log(k) - gammaln(k)) + k * u - k * xp.exp(u)
         log_normal = -0.5 * (_LOG_2PI + log_s) - 0.5 * r2 * xp.exp(-log_s)
-        lpd = backend.logsumexp(log_gamma + log_normal, axis=1, keepdims=True, xp=xp)
+        lpd = special.logsumexp(log_gamma + log_normal, axis=1, keepdims=True, xp=xp)
         return lpd + xp.log(h) - float(np.log(self.scale))
