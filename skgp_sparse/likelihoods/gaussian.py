@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from .. import backend
+from .. import backend, linalg
 from ._quadrature import as_working_floats
 
 LOG_2PI = np.log(2.0 * np.pi)
@@ -99,7 +99,7 @@ class GaussianLikelihood:
     def predictive_covariance(self, mean, cov):
         """Mean (n,) and joint covariance (n, n) of y given the latent joint posterior."""
         if backend.input_namespace(mean, cov) is not np:
-            return mean, cov + self.noise_variance * backend.eye(cov.shape[0], cov)
+            return mean, cov + self.noise_variance * linalg.eye(cov.shape[0], cov)
         return mean, cov + self.noise_variance * np.eye(cov.shape[0])
 
     def log_predictive_density(self, y, mean, var):

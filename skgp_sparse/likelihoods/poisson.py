@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from .. import backend
+from .. import backend, linalg
 from . import _special as special
 from ._quadrature import as_working_floats, gauss_hermite, rule_like
 
@@ -160,8 +160,8 @@ class PoissonLikelihood:
             rate = self._mean_rate(np.asarray(mean, dtype=float), np.asarray(np.diag(cov), dtype=float))
             return rate, np.outer(rate, rate) * np.expm1(cov) + np.diag(rate)
         mean, cov = as_working_floats(xp, (mean, cov), mean, cov)
-        rate = self._mean_rate(mean, backend.diagonal(cov, xp), xp)
-        diagonal = xp.where(backend.eye(cov.shape[0], cov) == 1.0, rate[None, :], 0.0)
+        rate = self._mean_rate(mean, linalg.diagonal(cov, xp), xp)
+        diagonal = xp.where(linalg.eye(cov.shape[0], cov) == 1.0, rate[None, :], 0.0)
         return rate, rate[:, None] * rate[None, :] * xp.expm1(cov) + diagonal
 
     def sample(self, f, rng):

@@ -5,7 +5,7 @@ import math
 import numpy as np
 from scipy.special import betaln, digamma, gammainccinv, gammaincinv, gammaln, polygamma
 
-from .. import backend
+from .. import backend, linalg
 from . import _special as special
 from ._quadrature import as_working_floats, check_n_points, gauss_hermite, latent_nodes, rule_like
 
@@ -297,7 +297,7 @@ class StudentTLikelihood:
         noise of each row is independent, with variance ``scale^2 df / (df - 2)``."""
         noise = self._noise_variance()
         if backend.input_namespace(mean, cov) is not np:
-            return mean, cov + noise * backend.eye(cov.shape[0], cov)
+            return mean, cov + noise * linalg.eye(cov.shape[0], cov)
         return mean, cov + noise * np.eye(cov.shape[0])
 
     def sample(self, f, rng):
