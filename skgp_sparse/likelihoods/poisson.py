@@ -4,13 +4,14 @@ import numpy as np
 
 from .. import backend, linalg
 from . import _special as special
+from ._base import Likelihood
 from ._quadrature import as_working_floats, gauss_hermite, rule_like
 
 #: Gauss-Hermite nodes of log_predictive_density (prediction only, so generous).
 _LPD_POINTS = 64
 
 
-class PoissonLikelihood:
+class PoissonLikelihood(Likelihood):
     """``y ~ Poisson(exp(f + log_offset))`` for counts y in {0, 1, 2, ...}.
 
     The latent function is the log-rate relative to ``exp(log_offset)``: with the
@@ -35,8 +36,6 @@ class PoissonLikelihood:
     only.
     """
 
-    #: The expected log-likelihood is not quadratic in f: no exact unit natural step.
-    conjugate = False
     #: No learned hyperparameters.
     n_params = 0
     param_names = ()
@@ -65,10 +64,9 @@ class PoissonLikelihood:
 
     def d_log_params(self, y, mean, var):
         """An empty derivative, array of shape (n, 0) in the namespace of the inputs."""
-        xp = backend.input_namespace(y, mean, var)
+        xp, _, mean, _ = self._inputs(y, mean, var)
         if xp is np:
-            return np.zeros((np.shape(mean)[0], 0))
-        (mean,) = as_working_floats(xp, (mean, var), mean)
+            return np.zeros((mean.shape[0], 0))
         return xp.zeros((mean.shape[0], 0), dtype=mean.dtype, device=backend.device_of(mean))
 
     @staticmethod
@@ -106,13 +104,6 @@ class PoissonLikelihood:
         return y
 
     # --- the interface of the variational model --------------------------------------
-    def _inputs(self, xp, *arrays, reference):
-        """``arrays`` as the computation takes them: float64 numpy arrays for numpy (lists
-        accepted), the working float of ``reference`` (the latent marginals) otherwise."""
-        if xp is np:
-            return tuple(np.asarray(a, dtype=float) for a in arrays)
-        return as_working_floats(xp, reference, *arrays)
-
     def _mean_rate(self, mean, var, xp=np):
         """E_q[exp(f + log_offset)] = exp(mean + log_offset + var / 2)."""
         return xp.exp(mean + self.log_offset + 0.5 * var)
@@ -133,8 +124,7 @@ class PoissonLikelihood:
         d_mean : array of shape (n, 1)
         d_var : array of shape (n, 1)
         """
-        xp = backend.input_namespace(y, mean, var)
-        y, mean, var = self._inputs(xp, y, mean, var, reference=(mean, var))
+        xp, y, mean, var = self._inputs(y, mean, var)
         rate = self._mean_rate(mean, var, xp)
         ell = y * (mean + self.log_offset) - rate - special.gammaln(y + 1.0, xp)
         return ell, y - rate, -0.5 * rate
@@ -146,8 +136,7 @@ class PoissonLikelihood:
         ``Var[y] = E[y] + (exp(var) - 1) E[y]^2``: Poisson noise plus the spread of the
         log-normal rate.
         """
-        xp = backend.input_namespace(mean, var)
-        mean, var = self._inputs(xp, mean, var, reference=(mean, var))
+        xp, _, mean, var = self._inputs(None, mean, var)
         rate = self._mean_rate(mean, var, xp)
         return rate, rate + xp.expm1(var) * rate * rate
 
@@ -183,9 +172,9 @@ class PoissonLikelihood:
         for var <= 4, at any count, and grows to about 3e-4 nats at var = 25 for y = 0,
         whose integrand is the most skewed.
         """
-        xp = backend.input_namespace(y, mean, var)
         shape = backend.shape_of(mean)
-        y, mean, var = (xp.reshape(a, (-1, 1)) for a in self._inputs(xp, y, mean, var, reference=(mean, var)))
+        xp, y, mean, var = self._inputs(y, mean, var)
+        y, mean, var = (xp.reshape(a, (-1, 1)) for a in (y, mean, var))
         eta = mean + self.log_offset
         # A floor keeps v = 0 (where the integrand is a point mass at the mean) finite;
         # every term below depends smoothly on v down to it.
