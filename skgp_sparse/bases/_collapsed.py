@@ -39,19 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import backend as be
-from ..linalg import (
-    add_to_diagonal,
-    cho_solve,
-    cholesky,
-    diagonal,
-    eye,
-    jittered_cholesky_backward,
-    mm,
-    solve_triangular,
-    sym_mm,
-    tri_inverse,
-    tri_mm,
-)
+from ..linalg import cho_solve, cholesky, jittered_cholesky_backward, mm, solve_triangular, sym_mm, tri_inverse, tri_mm
+from ..linalg import add_to_diagonal, diagonal, eye
 from .toolkit import factor_kzz, signed_gram
 
 

@@ -50,9 +50,6 @@ from .toolkit import blocks, copy_array, factor_kzz, same_values, signed_gram, s
 from .. import backend as be
 from ..linalg import (
     CholeskyError,
-    add_to_diagonal,
-    diagonal,
-    eye,
     gram,
     inverse_cholesky_factor,
     jittered_cholesky_backward,
@@ -62,6 +59,7 @@ from ..linalg import (
     tri_inverse,
     tri_mm,
 )
+from ..linalg import add_to_diagonal, diagonal, eye
 
 
 #: Fields of the state that Adam moves when the inducing inputs are learned.

@@ -140,7 +140,8 @@ from ._fused import xp_column_products
 from .coupled import CoupledPredictor, covariance_of_output
 from .toolkit import blocks, copy_array, same_values, summed_var_adjoint
 from .. import backend as be
-from ..linalg import CholeskyError, add_to_diagonal, diagonal, eye, gram, mm, trace, tri_mm
+from ..linalg import CholeskyError, gram, mm, tri_mm
+from ..linalg import add_to_diagonal, diagonal, eye, trace
 
 #: Fields of the state that Adam moves when the inducing inputs are learned.
 INDUCING_FIELDS = ("inducing",)
