@@ -14,6 +14,7 @@ from sklearn.gaussian_process.kernels import RBF
 
 from skgp_sparse import backend as be
 from skgp_sparse import linalg as la
+from skgp_sparse.linalg import _array_api
 
 xs = pytest.importorskip("array_api_strict")
 
@@ -151,12 +152,12 @@ def test_working_float(lib):
 def test_diagonal_helpers(lib, rng):
     x = rng.standard_normal((5, 5))
     a = lib(x)
-    np.testing.assert_array_equal(lib.check(be.diagonal(a), like=a), np.diag(x))
-    assert float(be.trace(a)) == pytest.approx(np.trace(x), rel=1e-14)
-    shifted = be.add_to_diagonal(a, 2.5)
+    np.testing.assert_array_equal(lib.check(la.diagonal(a), like=a), np.diag(x))
+    assert float(la.trace(a)) == pytest.approx(np.trace(x), rel=1e-14)
+    shifted = la.add_to_diagonal(a, 2.5)
     np.testing.assert_array_equal(lib.check(shifted, like=a), x + 2.5 * np.eye(5))
     np.testing.assert_array_equal(be.to_numpy(a), x)  # the input is not modified
-    np.testing.assert_array_equal(lib.check(be.eye(3, a), like=a), np.eye(3))
+    np.testing.assert_array_equal(lib.check(la.eye(3, a), like=a), np.eye(3))
 
 
 # --------------------------------------------------------------------------------------
@@ -166,24 +167,24 @@ def test_diagonal_helpers(lib, rng):
 def test_cholesky_matches_numpy(lib, rng, n):
     K = spd(rng, n)
     a = lib(K)
-    low = be.cholesky(a)
+    low = la.cholesky(a)
     close(lib.check(low, like=a), np.linalg.cholesky(K))
 
 
 def test_cholesky_float32(lib, rng):
     K = spd(rng, 30).astype(np.float32)
-    low = be.cholesky(lib(K))
+    low = la.cholesky(lib(K))
     assert low.dtype == be.namespace(low).float32
     close(be.to_numpy(low), np.linalg.cholesky(K.astype(np.float64)), rtol=1e-5)
 
 
 def test_cholesky_refuses_indefinite_and_nan(lib):
     with pytest.raises(la.CholeskyError, match="not positive definite"):
-        be.cholesky(lib(np.diag([1.0, -1.0, 1.0])))
+        la.cholesky(lib(np.diag([1.0, -1.0, 1.0])))
     bad = np.eye(3)
     bad[0, 1] = bad[1, 0] = np.nan
     with pytest.raises(la.CholeskyError, match="NaN or inf"):
-        be.cholesky(lib(bad))
+        la.cholesky(lib(bad))
 
 
 def _needs_ten_times_the_jitter(rng, n=8):
@@ -197,7 +198,7 @@ def _needs_ten_times_the_jitter(rng, n=8):
 def test_jitter_retry_warns_and_matches_numpy(lib, rng):
     K = _needs_ten_times_the_jitter(rng)
     with pytest.warns(la.JitterWarning, match="1e-05"):
-        low, rel = be.jittered_cholesky(lib(K), what="test matrix")
+        low, rel = la.jittered_cholesky(lib(K), what="test matrix")
     assert rel == pytest.approx(1e-5)
     with pytest.warns(la.JitterWarning):
         ref, ref_rel = la.jittered_cholesky(K, what="test matrix")
@@ -209,18 +210,18 @@ def test_first_jitter_does_not_warn(lib, rng):
     K = spd(rng, 10)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        low, rel = be.jittered_cholesky(lib(K))
+        low, rel = la.jittered_cholesky(lib(K))
     assert rel == 1e-6
     close(be.to_numpy(low), la.jittered_cholesky(K)[0])
 
 
 def test_jittered_cholesky_gives_up_with_cholesky_error(lib):
     with pytest.raises(la.CholeskyError, match="even with a relative jitter of 1e-01"):
-        be.jittered_cholesky(lib(np.diag([1.0, -1.0, 1.0])))
+        la.jittered_cholesky(lib(np.diag([1.0, -1.0, 1.0])))
     nan = np.eye(2)
     nan[0, 0] = np.inf
     with pytest.raises(la.CholeskyError, match="contains NaN or inf"):
-        be.jittered_cholesky(lib(nan))
+        la.jittered_cholesky(lib(nan))
 
 
 def _ill_conditioned_float32():
@@ -251,7 +252,7 @@ def test_float32_factorisation_falls_back_to_float64(name):
     xp = be.namespace(a)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no JitterWarning: float64 needs only the default
-        low, rel = be.jittered_cholesky(a)
+        low, rel = la.jittered_cholesky(a)
     assert rel == 1e-6
     assert low.dtype == xp.float32
     ref, _ = la.jittered_cholesky(K.astype(np.float64))
@@ -260,7 +261,7 @@ def test_float32_factorisation_falls_back_to_float64(name):
 
 def test_float32_factorisation_stays_float32_when_it_succeeds(lib, rng):
     K = spd(rng, 12).astype(np.float32)
-    low, rel = be.jittered_cholesky(lib(K))
+    low, rel = la.jittered_cholesky(lib(K))
     assert rel == 1e-6 and low.dtype == be.namespace(low).float32
     # A float32 factor: only float32 accuracy against the float64 one.
     ref = np.linalg.cholesky(K.astype(np.float64) + 1e-6 * np.mean(np.diag(K)) * np.eye(12))
@@ -270,16 +271,16 @@ def test_float32_factorisation_stays_float32_when_it_succeeds(lib, rng):
 def test_float32_factorisation_starts_from_its_jitter_floor(lib, rng):
     # Below FLOAT32_MIN_JITTER the rounding of float32 entries decides definiteness.
     K = spd(rng, 12)
-    low, rel = be.jittered_cholesky(lib(K.astype(np.float32)), jitter=1e-12)
+    low, rel = la.jittered_cholesky(lib(K.astype(np.float32)), jitter=1e-12)
     assert rel == la.FLOAT32_MIN_JITTER
-    assert be.jittered_cholesky(lib(K), jitter=1e-12)[1] == 1e-12
+    assert la.jittered_cholesky(lib(K), jitter=1e-12)[1] == 1e-12
 
 
 def test_float32_factorisation_without_float64_on_the_device():
     # No float64 to fall back to (a float64 array there raises): float32 throughout.
     dev = xs.Device("no_float64")
     K = spd(np.random.default_rng(1), 6).astype(np.float32)
-    low, rel = be.jittered_cholesky(xs.asarray(K, device=dev))
+    low, rel = la.jittered_cholesky(xs.asarray(K, device=dev))
     assert low.dtype == xs.float32 and be.device_of(low) == dev
     close(be.to_numpy(low), np.linalg.cholesky(K.astype(np.float64) + 1e-6 * np.mean(np.diag(K)) * np.eye(6)), rtol=1e-5)
 
@@ -301,7 +302,7 @@ def test_solve_triangular_both_sides(lib, rng, n, trans, right):
     b = rng.standard_normal((3, n) if right else (n, 4))
     op = low.T if trans else low
     expected = np.linalg.solve(op.T, b.T).T if right else np.linalg.solve(op, b)
-    x = be.solve_triangular(lib(stored), lib(b), trans=trans, right=right)
+    x = la.solve_triangular(lib(stored), lib(b), trans=trans, right=right)
     close(lib.check(x), expected, rtol=1e-11)
 
 
@@ -309,7 +310,7 @@ def test_solve_triangular_both_sides(lib, rng, n, trans, right):
 def test_solve_triangular_vector(lib, rng, right):
     low, stored = _lower_with_garbage_above(rng, 40)
     b = rng.standard_normal(40)
-    x = be.solve_triangular(lib(stored), lib(b), trans=True, right=right)
+    x = la.solve_triangular(lib(stored), lib(b), trans=True, right=right)
     expected = np.linalg.solve(low, b) if right else np.linalg.solve(low.T, b)
     assert tuple(x.shape) == (40,)
     close(lib.check(x), expected, rtol=1e-11)
@@ -318,7 +319,7 @@ def test_solve_triangular_vector(lib, rng, right):
 def test_solve_triangular_float32(lib, rng):
     low, stored = _lower_with_garbage_above(rng, 50)
     b = rng.standard_normal((50, 3))
-    x = be.solve_triangular(lib(stored, np.float32), lib(b, np.float32), trans=True)
+    x = la.solve_triangular(lib(stored, np.float32), lib(b, np.float32), trans=True)
     assert x.dtype == be.namespace(x).float32
     close(be.to_numpy(x), np.linalg.solve(low.T, b), rtol=2e-5)
 
@@ -326,15 +327,15 @@ def test_solve_triangular_float32(lib, rng):
 def test_generic_substitution_is_exercised_on_strict(rng, monkeypatch):
     # array_api_strict has no triangular solve: a broken substitution must fail here.
     calls = []
-    original = be._substitute
+    original = _array_api._substitute
 
     def spy(*args, **kwargs):
         calls.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(be, "_substitute", spy)
+    monkeypatch.setattr(_array_api, "_substitute", spy)
     low, _ = _lower_with_garbage_above(rng, 10)
-    be.solve_triangular(xs.asarray(low), xs.asarray(np.ones((10, 2))))
+    la.solve_triangular(xs.asarray(low), xs.asarray(np.ones((10, 2))))
     assert calls
 
 
@@ -344,7 +345,7 @@ def test_tri_mm(lib, rng, trans, right):
     low, stored = _lower_with_garbage_above(rng, 9)
     b = rng.standard_normal((4, 9) if right else (9, 4))
     op = low.T if trans else low
-    out = be.tri_mm(lib(stored), lib(b), trans=trans, right=right)
+    out = la.tri_mm(lib(stored), lib(b), trans=trans, right=right)
     close(lib.check(out), b @ op if right else op @ b)
 
 
@@ -437,10 +438,11 @@ def test_numpy_inputs_keep_the_blas_path(rng, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("numpy input routed to the generic path")
 
-    for name in ("_generic_solve", "_substitute", "working_float"):
-        monkeypatch.setattr(be, name, refuse)
-    for name in ("_xp_mm", "_xp_gram", "_xp_tri_inverse", "_xp_cholesky_backward"):
-        monkeypatch.setattr(la, name, refuse)
+    for name in ("_generic_solve", "_substitute"):
+        monkeypatch.setattr(_array_api, name, refuse)
+    monkeypatch.setattr(be, "working_float", refuse)
+    for name in ("mm", "gram", "tri_inverse", "cholesky_backward"):
+        monkeypatch.setattr(_array_api, name, refuse)
     K = spd(rng, 6)
     low = la.cholesky(K)
     assert low.flags.c_contiguous
@@ -449,4 +451,4 @@ def test_numpy_inputs_keep_the_blas_path(rng, monkeypatch):
     la.solve_triangular(low, K, trans=True)
     la.tri_inverse(low)
     la.cholesky_backward(low, K)
-    be.solve_triangular(low, K, right=True)
+    la.solve_triangular(low, K, right=True)

@@ -16,7 +16,7 @@ floating dtype. array_api_strict runs on its "device1", which refuses every conv
 to numpy; a second instrument wraps numpy's conversion functions and records any call
 on a strict array.
 
-The special functions of :mod:`skgp_sparse.backend` are checked on dense grids against
+The special functions of :mod:`skgp_sparse.likelihoods._special` are checked on dense grids against
 scipy with the tolerances its table states: the array-API formulas (what
 array_api_strict gets, and torch for wrightomega) and the torch dispatch.
 """
@@ -26,6 +26,7 @@ import pytest
 import scipy.special as sp
 
 from skgp_sparse import backend as be
+from skgp_sparse.likelihoods import _special as special
 from skgp_sparse.likelihoods import (
     BernoulliLikelihood,
     GaussianLikelihood,
@@ -339,11 +340,11 @@ def test_numpy_inputs_keep_the_scipy_path(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("numpy input routed to an array-API formula")
 
-    for fn in [f for f in dir(be) if f.startswith("_generic_")] + ["_finite_max"]:
-        monkeypatch.setattr(be, fn, refuse)
-    from skgp_sparse.likelihoods import bernoulli, gaussian, multiclass, poisson, student_t
+    for fn in [f for f in dir(special) if f.startswith("_generic_")] + ["_finite_max"]:
+        monkeypatch.setattr(special, fn, refuse)
+    from skgp_sparse.likelihoods import _base, gaussian, poisson
 
-    for module in (bernoulli, gaussian, multiclass, poisson, student_t):
+    for module in (_base, gaussian, poisson):
         monkeypatch.setattr(module, "as_working_floats", refuse)
     for name, (make, method, args) in CASES.items():
         for out in _as_tuple(getattr(make(), method)(*args)):
@@ -442,7 +443,7 @@ def test_array_api_formulas_match_scipy(name, dtype):
     # (numpy under array_api_strict reports the overflows of float32's extreme arguments,
     # whose results, infinities, are checked below.)
     with np.errstate(over="ignore"):
-        got = getattr(be, name)(xs.asarray(x, device=xs.Device("device1")))
+        got = getattr(special, name)(xs.asarray(x, device=xs.Device("device1")))
     assert type(got) is StrictArray and got.dtype == xs.asarray(x).dtype
     _compare_special(name, be.to_numpy(got), x, dtype)
 
@@ -453,7 +454,7 @@ def test_torch_special_functions_match_scipy(name, dtype):
     """torch.special where torch has the function, the formulas otherwise (wrightomega)."""
     torch = pytest.importorskip("torch")
     x = _special_args(name, dtype)
-    got = getattr(be, name)(torch.asarray(x.copy()))
+    got = getattr(special, name)(torch.asarray(x.copy()))
     assert isinstance(got, torch.Tensor) and got.dtype == torch.asarray(x).dtype
     _compare_special(name, got.numpy(), x, dtype)
 
@@ -466,9 +467,9 @@ def test_array_api_formulas_run_on_torch(name):
     import array_api_compat.torch as xpt
 
     x = _special_args(name, np.float64)
-    got = getattr(be, f"_generic_{name}", None)
+    got = getattr(special, f"_generic_{name}", None)
     if got is None:  # ndtr is erfc on every library but numpy
-        got = lambda t, xp: 0.5 * be._generic_erfc(-t * be._SQRT1_2, xp)  # noqa: E731
+        got = lambda t, xp: 0.5 * special._generic_erfc(-t * special._SQRT1_2, xp)  # noqa: E731
     _compare_special(name, got(torch.asarray(x.copy()), xpt).numpy(), x, np.float64)
 
 
@@ -486,16 +487,16 @@ def test_special_values_of_the_formulas():
     }
     for name, (x, want) in expected.items():
         with np.errstate(all="ignore"):
-            got = be.to_numpy(getattr(be, name)(xs.asarray(np.array(x))))
+            got = be.to_numpy(getattr(special, name)(xs.asarray(np.array(x))))
         np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15, err_msg=name)
 
 
 def test_torch_ndtr_keeps_its_left_tail():
-    # torch.special.ndtr forms (1 + erf) / 2 and returns 0 at -38; backend.ndtr goes
+    # torch.special.ndtr forms (1 + erf) / 2 and returns 0 at -38; special.ndtr goes
     # through erfc there, and keeps scipy's relative accuracy.
     torch = pytest.importorskip("torch")
     x = np.array([-38.0, -20.0, -8.0, -4.0])
-    close(be.ndtr(torch.asarray(x)).numpy(), sp.ndtr(x), 1e-13, scale=0.0)
+    close(special.ndtr(torch.asarray(x)).numpy(), sp.ndtr(x), 1e-13, scale=0.0)
     assert torch.special.ndtr(torch.asarray(x[:1])).item() == 0.0  # what it replaces
 
 
@@ -510,7 +511,7 @@ def test_logsumexp(lib, axis, keepdims):
     for weights in (None, b):
         with np.errstate(divide="ignore"):
             want = sp.logsumexp(a, axis=axis, b=weights, keepdims=keepdims)
-            got = be.logsumexp(lib(a), axis=axis, b=None if weights is None else lib(weights), keepdims=keepdims)
+            got = special.logsumexp(lib(a), axis=axis, b=None if weights is None else lib(weights), keepdims=keepdims)
         close(lib.check(got, np.float64), want, 1e-15)
 
 
@@ -518,14 +519,14 @@ def test_logsumexp(lib, axis, keepdims):
 def test_softmax(lib, fn):
     a = np.concatenate([LSE_ROWS[:2], LSE_ROWS[3:]])  # scipy returns NaN for a row of -inf
     for axis in (0, 1):
-        close(lib.check(getattr(be, fn)(lib(a), axis), np.float64), getattr(sp, fn)(a, axis=axis), 1e-15)
+        close(lib.check(getattr(special, fn)(lib(a), axis), np.float64), getattr(sp, fn)(a, axis=axis), 1e-15)
 
 
 def test_array_api_softmax_and_logsumexp_on_strict(monkeypatch):
     # strict has no native version: the shifted sums (above they may be torch's own).
     a = np.random.default_rng(3).normal(size=(5, 4)) * 30.0
     x = xs.asarray(a, device=xs.Device("device1"))
-    close(be.to_numpy(be.logsumexp(x, axis=1, b=xs.asarray(np.full(4, 0.25), device=x.device))),
+    close(be.to_numpy(special.logsumexp(x, axis=1, b=xs.asarray(np.full(4, 0.25), device=x.device))),
           sp.logsumexp(a, axis=1, b=np.full(4, 0.25)), 1e-15)  # fmt: skip
-    close(be.to_numpy(be.log_softmax(x, 0)), sp.log_softmax(a, axis=0), 1e-15)
-    close(be.to_numpy(be.softmax(x, 1)), sp.softmax(a, axis=1), 1e-15)
+    close(be.to_numpy(special.log_softmax(x, 0)), sp.log_softmax(a, axis=0), 1e-15)
+    close(be.to_numpy(special.softmax(x, 1)), sp.softmax(a, axis=1), 1e-15)

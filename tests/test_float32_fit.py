@@ -144,7 +144,7 @@ def test_dask_input_streams_in_float32(kind):
 #: optimisers. The likelihoods compute their O(B) per-row terms in float64 on purpose
 #: (their adjoints are cast to float32 before the basis sees them); L-BFGS-B's vector
 #: and the kernel's theta live on the host in float64 by design; neither is a matrix.
-TRAINING_CODE = ("/bases/", "/kernels/", "/linalg.py", "/elbo.py", "/optim/loop.py", "/optim/natural.py",
+TRAINING_CODE = ("/bases/", "/kernels/", "/linalg/", "/elbo.py", "/optim/loop.py", "/optim/natural.py",
                  "/optim/adam.py")
 #: Where the likelihoods' float64 adjoints become float32 (the float64 inputs are its locals).
 CONVERSION = "_in_float_of"

@@ -40,6 +40,7 @@ import numpy as np
 
 from .. import backend as be
 from ..linalg import cho_solve, cholesky, jittered_cholesky_backward, mm, solve_triangular, sym_mm, tri_inverse, tri_mm
+from ..linalg import add_to_diagonal, diagonal, eye
 from .toolkit import factor_kzz, signed_gram
 
 
@@ -95,16 +96,16 @@ def collapsed_bound(kernel, X, Y, beta, state, jitter):
     else:
         # B - I = L_k^-1 (K_zx D K_xz) L_k^-T: one SYRK on K_zx instead of a TRSM and a SYRK.
         b_minus_i = tri_mm(inv_low, tri_mm(inv_low, signed_gram(kzx, beta)), trans=True, right=True)
-    low_b = cholesky(be.add_to_diagonal(b_minus_i, 1.0, xp))
+    low_b = cholesky(add_to_diagonal(b_minus_i, 1.0, xp))
     c = solve_triangular(low_k, mm(kzx, beta_row.T * Y))
     q_mean = cho_solve(low_b, c)
     # The posterior mean at the rows, mu_p = A^T m_p = K_xz L_k^-T m_p.
     mean_weights = solve_triangular(low_k, q_mean, trans=True)
     resid = Y - mm(kzx, mean_weights, trans_a=True)
-    b_inv = cho_solve(low_b, be.eye(m, low_b))
-    trace_b_minus_i = float(xp.sum(be.diagonal(b_minus_i, xp)))
-    trace_b_inv = float(xp.sum(be.diagonal(b_inv, xp)))
-    log_det_b = 2.0 * float(xp.sum(xp.log(be.diagonal(low_b, xp))))
+    b_inv = cho_solve(low_b, eye(m, low_b))
+    trace_b_minus_i = float(xp.sum(diagonal(b_minus_i, xp)))
+    trace_b_inv = float(xp.sum(diagonal(b_inv, xp)))
+    log_det_b = 2.0 * float(xp.sum(xp.log(diagonal(low_b, xp))))
     beta_k = float(xp.sum(beta * kdiag))
     # c^T m - y^T D y = -(sum_i beta_i (y_i - mu_i)^2 + m^T m): a sum of squares, which
     # keeps its precision where the two sides are large and nearly equal (little noise).
@@ -114,14 +115,14 @@ def collapsed_bound(kernel, X, Y, beta, state, jitter):
     beta_scaling_bar = -0.5 * weighted_squares - 0.5 * p * (beta_k - trace_b_minus_i + m - trace_b_inv)
 
     # dQ/dK_zx = L_k^-T dQ/dA = [L_k^-T m (y - mu)^T + P L_k^-T (I - B^-1) A] D.
-    i_minus_b_inv = be.add_to_diagonal(-b_inv, 1.0, xp)
+    i_minus_b_inv = add_to_diagonal(-b_inv, 1.0, xp)
     if inv_low is None:
         spread = solve_triangular(low_k, sym_mm(i_minus_b_inv, a), trans=True)
     else:
         spread = sym_mm(tri_mm(inv_low, tri_mm(inv_low, i_minus_b_inv, trans=True), right=True), kzx)
     kzx_bar = (mm(mean_weights, resid, trans_b=True) + p * spread) * beta_row
     # (dQ/dA) A^T = sum_p m_p m_p^T + P (I - B^-1)(B - I), and (I - B^-1)(B - I) = B + B^-1 - 2 I.
-    lt_low_bar = -(mm(q_mean, q_mean, trans_b=True) + p * be.add_to_diagonal(b_minus_i + b_inv, -1.0, xp))
+    lt_low_bar = -(mm(q_mean, q_mean, trans_b=True) + p * add_to_diagonal(b_minus_i + b_inv, -1.0, xp))
     kzz_bar = jittered_cholesky_backward(low_k, lt_low_bar, used, inv_low=inv_low)
     theta_zz, z_zz = back_zz(kzz_bar)
     theta_zx, z_zx = back_zx(kzx_bar)

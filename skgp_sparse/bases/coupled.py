@@ -61,6 +61,7 @@ from ..linalg import (
     tri_inverse,
     tri_mm,
 )
+from ..linalg import add_to_diagonal, diagonal, eye
 
 
 #: Fields of the state that Adam moves when the inducing inputs are learned.
@@ -121,7 +122,7 @@ def init_state(inducing, n_outputs, n_covariances, n_orthogonal=0):
         # Another library: its arrays, on the inputs' device, in their floating dtype.
         dtype = be.working_float(xp, inducing)
         Z = xp.asarray(xp.astype(inducing, dtype), copy=True)
-        identity = be.eye(m, Z)
+        identity = eye(m, Z)
         q_sqrt = xp.stack([identity] * n_covariances)
         return CoupledState(Z, xp.zeros((m, n_outputs), dtype=dtype, device=be.device_of(Z)), q_sqrt)
     q_sqrt = np.broadcast_to(np.eye(m), (n_covariances, m, m)).copy()
@@ -356,7 +357,7 @@ def s_minus_identity(q_sqrt):
     xp = be.namespace(q_sqrt)
     if not be.is_numpy(xp):
         return xp.stack(
-            [be.add_to_diagonal(tri_mm(low, xp.tril(low), trans=True, right=True), -1.0, xp) for low in blocks(q_sqrt)]
+            [add_to_diagonal(tri_mm(low, xp.tril(low), trans=True, right=True), -1.0, xp) for low in blocks(q_sqrt)]
         )
     out = np.stack([tri_mm(low, np.tril(low), trans=True, right=True) for low in q_sqrt])
     for s in out:
@@ -438,7 +439,7 @@ def q_sqrt_gradient(tape, state, h):
     if not be.is_numpy(xp):
         bars = []
         for c, low in enumerate(blocks(state.q_sqrt)):
-            kl_bar = low - be.eye(low.shape[0], low) / be.diagonal(low, xp)
+            kl_bar = low - eye(low.shape[0], low) / diagonal(low, xp)
             bars.append(xp.tril(2.0 * mm(grams[c], low) - outputs_per_cov * kl_bar))
         return xp.stack(bars)
     bar = np.empty_like(state.q_sqrt)
@@ -456,7 +457,7 @@ def kl_divergence(kernel, state, jitter, tape=None):
     if not be.is_numpy(xp):
         # A 0-d array of the state's namespace (no synchronisation with the host).
         per_cov = [
-            xp.sum(low * low) - m - 2.0 * xp.sum(xp.log(xp.abs(be.diagonal(low, xp))))
+            xp.sum(low * low) - m - 2.0 * xp.sum(xp.log(xp.abs(diagonal(low, xp))))
             for low in blocks(state.q_sqrt)
         ]
         trace_logdet = sum(per_cov[1:], per_cov[0]) * (n_out if n_cov == 1 else 1)
@@ -548,7 +549,7 @@ def _xp_natural_step(xp, tape, state, d_mean, h_sum, h, grams, precisions, step,
         prec_old = precisions[c, ...]
 
         def new_precision(gram):
-            return be.add_to_diagonal((1.0 - step) * prec_old - (2.0 * step / outputs_per_cov) * gram, step, xp)
+            return add_to_diagonal((1.0 - step) * prec_old - (2.0 * step / outputs_per_cov) * gram, step, xp)
 
         prec, low_new, grams = _factored_precision(new_precision, grams, c, tape, h_sum)
         # The outputs of covariance c (covariance_of_output): all of them, or output c.

@@ -143,6 +143,7 @@ from .state import VariationalState
 from .toolkit import blocks, copy_array, same_values, summed_var_adjoint
 from .. import backend as be
 from ..linalg import CholeskyError, gram, mm, tri_mm
+from ..linalg import add_to_diagonal, diagonal, eye, trace
 
 #: Fields of the state that Adam moves when the inducing inputs are learned.
 INDUCING_FIELDS = ("inducing",)
@@ -321,7 +322,7 @@ def residual(low, target):
     if not be.is_numpy(xp):
         left = tri_mm(low, target, trans=True)
         e = tri_mm(low, xp.matrix_transpose(left), trans=True)
-        return be.add_to_diagonal(0.5 * (e + xp.matrix_transpose(e)), -1.0, xp)
+        return add_to_diagonal(0.5 * (e + xp.matrix_transpose(e)), -1.0, xp)
     left = tri_mm(low, target, trans=True)  # L^T A
     e = tri_mm(low, np.ascontiguousarray(left.T), trans=True)  # L^T (A L)
     e = 0.5 * (e + e.T)
@@ -351,7 +352,7 @@ def eigenvalue_bound(e):
     """
     xp = be.namespace(e)
     if not be.is_numpy(xp):
-        diag = be.diagonal(e, xp)
+        diag = diagonal(e, xp)
         off = xp.sum(xp.abs(e), axis=1) - xp.abs(diag)
         return xp.minimum(xp.max(diag + off), xp.sqrt(xp.sum(e * e)))
     off = np.abs(e).sum(axis=1) - np.abs(np.diag(e))
@@ -444,8 +445,8 @@ def initial_factors(kzz, n_cov, sigma_init=SIGMA_INIT):
     xp = be.namespace(kzz)
     if not be.is_numpy(xp):
         # The same formulas with the scale and the bound left on the device.
-        scale = sigma_init * xp.clip(xp.mean(be.diagonal(kzz, xp)), min=1e-12)
-        identity = be.eye(m, kzz)
+        scale = sigma_init * xp.clip(xp.mean(diagonal(kzz, xp)), min=1e-12)
+        identity = eye(m, kzz)
         p = kzz + scale * identity
         bound = xp.max(xp.sum(xp.abs(p), axis=1))
         # In float32 the residual cannot fall to T_INIT_TOL: stop at a few units of its
@@ -527,7 +528,7 @@ def _by_columns(parts, xp):
 
 def _diagonal_matrix(v, like):
     """diag(v) in the namespace, dtype and device of ``like``."""
-    return be.eye(v.shape[0], like) * v
+    return eye(v.shape[0], like) * v
 
 
 def middle_matrices(kzz, state):
@@ -568,7 +569,7 @@ def _xp_middle(xp, kzz, state, known):
             e = residual(lt, p)
         else:
             p, e = known[c]
-        w = tri_mm(lt, xp.matrix_transpose(tri_mm(lt, be.add_to_diagonal(e, -1.0, xp))))  # L (E - I) L^T
+        w = tri_mm(lt, xp.matrix_transpose(tri_mm(lt, add_to_diagonal(e, -1.0, xp))))  # L (E - I) L^T
         ps.append(p)
         es.append(e)
         ws.append(_sym(w))
@@ -712,9 +713,9 @@ def _cov_part(kzz, w, e, low_s, low_t):
     if not be.is_numpy(xp):
         return (
             xp.sum(w * kzz)
-            + be.trace(e, xp)
-            - 2.0 * xp.sum(xp.log(be.diagonal(low_t, xp)))
-            - 2.0 * xp.sum(xp.log(be.diagonal(low_s, xp)))
+            + trace(e, xp)
+            - 2.0 * xp.sum(xp.log(diagonal(low_t, xp)))
+            - 2.0 * xp.sum(xp.log(diagonal(low_s, xp)))
         )
     return (
         float(np.sum(w * kzz))
@@ -867,12 +868,12 @@ def _xp_backward(xp, tape, state, d_mean, d_var, fields):
             t_wh_t = t_wh_t - _sym(mm(mm(t, mu_bar[:, cols]), mm(t, state.q_mean[:, cols]), trans_b=True))
         # T K T + T P T - T = L (2 E + I - L^T Sigma L) L^T, with L^T P L = E + I.
         st = tri_mm(low_s, low_t, trans=True)  # L_s^T L_t
-        inner = be.add_to_diagonal(2.0 * tape.e[c] - gram(st, trans=True), 1.0, xp)
+        inner = add_to_diagonal(2.0 * tape.e[c] - gram(st, trans=True), 1.0, xp)
         tkt_tpt_t = _sym(tri_mm(low_t, xp.matrix_transpose(tri_mm(low_t, inner))))
         kzz_bar = kzz_bar + (t_wh_t - 0.5 * k * tkt_tpt_t)
         if "sigma_sqrt" in fields:
             g_s = t_wh_t - 0.5 * k * (tape.tkt(c) + t)
-            log_det_bar = _diagonal_matrix(1.0 / be.diagonal(low_s, xp), low_s)
+            log_det_bar = _diagonal_matrix(1.0 / diagonal(low_s, xp), low_s)
             sig_bars.append(xp.tril(2.0 * mm(g_s, low_s)) + k * log_det_bar)
         if "t_sqrt" in fields:
             p = tape.p[c]
@@ -880,7 +881,7 @@ def _xp_backward(xp, tape, state, d_mean, d_var, fields):
             ptw = mm(p, mm(t, adj))
             ptk = mm(p, mm(t, kzz))
             g_t = ptw + ptw.T - 2.0 * adj - 0.5 * k * (ptk + ptk.T) + k * kzz - 0.5 * k * p
-            log_det_bar = _diagonal_matrix(1.0 / be.diagonal(low_t, xp), low_t)
+            log_det_bar = _diagonal_matrix(1.0 / diagonal(low_t, xp), low_t)
             t_bars.append(xp.tril(2.0 * mm(g_t, low_t)) + k * log_det_bar)
     kzz_bar = _sym(kzz_bar)
     theta_zz, z_zz = tape.back_zz(kzz_bar)
@@ -1032,7 +1033,7 @@ def diagnostics(kernel, state, jitter):
         low_s, low_t = _lower_factors(state)
         for c in range(low_t.shape[0]):
             p = kzz + gram(low_s[c, ...])
-            pt = be.add_to_diagonal(mm(p, gram(low_t[c, ...])), -1.0, xp)
+            pt = add_to_diagonal(mm(p, gram(low_t[c, ...])), -1.0, xp)
             worst = max(worst, _frobenius(pt))
             worst_factor = max(worst_factor, _frobenius(residual(low_t[c, ...], p)))
         return {"t_residual": worst, "t_residual_factor": worst_factor}

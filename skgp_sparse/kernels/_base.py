@@ -36,7 +36,7 @@ floats in both cases: they are hyperparameter values.
 
 import numpy as np
 
-from .. import backend
+from .. import backend, linalg
 
 __all__ = ["Diagonal", "Leaf", "densify", "reduce_bar", "kind_of"]
 
@@ -95,7 +95,7 @@ def reduce_bar(bar, kind):
         return bar
     if not isinstance(bar, np.ndarray) and backend.is_foreign(bar):
         xp = backend.namespace(bar)
-        return xp.sum(bar) if kind == SCALAR else backend.trace(bar, xp)
+        return xp.sum(bar) if kind == SCALAR else linalg.trace(bar, xp)
     if kind == SCALAR:
         return float(np.sum(bar))
     return float(np.trace(bar))

@@ -12,7 +12,7 @@ helper; reduced adjoints are then 0-d arrays of that library.
 
 import numpy as np
 
-from .. import backend
+from .. import backend, linalg
 from ._base import DENSE, DIAGONAL, SCALAR, Diagonal, densify, kind_of, reduce_bar
 from ._profiles import scale_and_dot
 
@@ -43,7 +43,7 @@ def _add_into(out, other, kind):
     a new array otherwise. Returns the sum."""
     if not isinstance(out, np.ndarray):
         if kind == DIAGONAL:
-            return backend.add_to_diagonal(out, other.value)
+            return linalg.add_to_diagonal(out, other.value)
         return out + other
     if kind == DENSE:
         out += other

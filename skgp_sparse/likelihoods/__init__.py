@@ -1,5 +1,6 @@
 """Likelihoods: expected log-likelihood of the latent marginals and its derivatives."""
 
+from ._base import Likelihood
 from .bernoulli import BernoulliLikelihood
 from .gaussian import GaussianLikelihood, NoiseParameter
 from .multiclass import RobustMaxLikelihood, SoftmaxLikelihood
@@ -9,6 +10,7 @@ from .student_t import StudentTLikelihood
 __all__ = [
     "BernoulliLikelihood",
     "GaussianLikelihood",
+    "Likelihood",
     "NoiseParameter",
     "PoissonLikelihood",
     "RobustMaxLikelihood",

@@ -5,7 +5,9 @@ import math
 import numpy as np
 
 from .. import backend
-from ._quadrature import as_working_floats, gauss_hermite, latent_nodes, rule_like
+from . import _special as special
+from ._base import Likelihood
+from ._quadrature import gauss_hermite, latent_nodes, rule_like
 
 # Python floats, not numpy scalars: array_api_strict refuses numpy scalars, and a
 # float32 array keeps its dtype next to a Python float.
@@ -19,8 +21,8 @@ def _probit_terms(z, xp=np):
     The inverse Mills ratio r = phi(z) / Phi(z) is taken as sqrt(2/pi) / erfcx(-z/sqrt2):
     the Gaussian factors that underflow in phi and Phi for large |z| cancel analytically.
     """
-    log_p = backend.log_ndtr(z, xp)
-    r = _SQRT_2_OVER_PI / backend.erfcx(-z / _SQRT2, xp)
+    log_p = special.log_ndtr(z, xp)
+    r = _SQRT_2_OVER_PI / special.erfcx(-z / _SQRT2, xp)
     # r (z + r) is the variance deficit of a truncated normal, so it lies in (0, 1); far in
     # the left tail z + r is a difference of large numbers, and the clip keeps rounding
     # error there from leaving that interval.
@@ -31,12 +33,12 @@ def _probit_terms(z, xp=np):
 def _logit_terms(z, xp=np):
     """log sigmoid(z) and its first two derivatives in z."""
     log_p = -xp.logaddexp(0.0, -z)
-    d1 = backend.expit(-z, xp)
-    d2 = -backend.expit(z, xp) * d1
+    d1 = special.expit(-z, xp)
+    d2 = -special.expit(z, xp) * d1
     return log_p, d1, d2
 
 
-class BernoulliLikelihood:
+class BernoulliLikelihood(Likelihood):
     """``p(y = 1 | f) = link(f)`` for labels y in {0, 1}, with one latent function.
 
     Expectations under the latent marginal N(f | m, v) are taken by Gauss-Hermite
@@ -58,9 +60,6 @@ class BernoulliLikelihood:
         Number of Gauss-Hermite nodes.
     """
 
-    #: The expected log-likelihood is not quadratic in f: no exact unit natural step.
-    conjugate = False
-
     def __init__(self, link="probit", n_points=20):
         if link not in ("probit", "logit"):
             raise ValueError(f"link must be 'probit' or 'logit', got {link!r}")
@@ -69,17 +68,6 @@ class BernoulliLikelihood:
         self.link = link
         self.n_points = int(n_points)
         self._nodes, self._weights = gauss_hermite(self.n_points)
-
-    def _inputs(self, xp, y, mean, var):
-        """The inputs as the computation takes them, and the rule in their namespace."""
-        if xp is np:
-            # numpy: the conversions the numpy code always made (float64, lists accepted).
-            y = None if y is None else np.asarray(y, dtype=float)
-            return y, np.asarray(mean, dtype=float), np.asarray(var, dtype=float), self._nodes, self._weights
-        floats = as_working_floats(xp, (mean, var), mean, var, *(() if y is None else (y,)))
-        mean, var = floats[:2]
-        nodes, weights = rule_like(self._nodes, self._weights, mean)
-        return (None if y is None else floats[2]), mean, var, nodes, weights
 
     def expected_log_lik(self, y, mean, var):
         """Per-row E_q[log p(y | f)] and its derivatives in mean and var.
@@ -97,9 +85,9 @@ class BernoulliLikelihood:
         d_mean : array of shape (n, 1)
         d_var : array of shape (n, 1)
         """
-        xp = backend.input_namespace(y, mean, var)
         shape = backend.shape_of(mean)
-        y, mean, var, nodes, w = self._inputs(xp, y, mean, var)
+        xp, y, mean, var = self._inputs(y, mean, var)
+        nodes, w = rule_like(self._nodes, self._weights, mean)
         # p(y | f) = link(s f) with s = +1 for y = 1 and -1 for y = 0 (both links are
         # symmetric: 1 - link(f) = link(-f)).
         sign = 2.0 * xp.reshape(y, (-1, 1)) - 1.0
@@ -127,8 +115,8 @@ class BernoulliLikelihood:
         array of shape (n, 1)
             p(y = 1); p(y = 0) is one minus it.
         """
-        xp = backend.input_namespace(mean, var)
-        _, mean, var, nodes, w = self._inputs(xp, None, mean, var)
+        xp, _, mean, var = self._inputs(None, mean, var)
+        nodes, w = rule_like(self._nodes, self._weights, mean)
         if self.link == "probit":
-            return backend.ndtr(mean / xp.sqrt(1.0 + xp.maximum(var, 0.0)), xp)
-        return xp.reshape(backend.expit(latent_nodes(nodes, mean, var, xp), xp) @ w, mean.shape)
+            return special.ndtr(mean / xp.sqrt(1.0 + xp.maximum(var, 0.0)), xp)
+        return xp.reshape(special.expit(latent_nodes(nodes, mean, var, xp), xp) @ w, mean.shape)

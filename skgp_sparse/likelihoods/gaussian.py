@@ -4,7 +4,8 @@ import math
 
 import numpy as np
 
-from .. import backend
+from .. import backend, linalg
+from ._base import Likelihood
 from ._quadrature import as_working_floats
 
 LOG_2PI = np.log(2.0 * np.pi)
@@ -13,7 +14,7 @@ LOG_2PI = np.log(2.0 * np.pi)
 _LOG_2PI = float(LOG_2PI)
 
 
-class GaussianLikelihood:
+class GaussianLikelihood(Likelihood):
     """``y = f + eps`` with ``eps ~ N(0, noise_variance)``, shared by every output.
 
     The basis meets the likelihood only through the marginals ``(mean, var)`` of the
@@ -32,6 +33,7 @@ class GaussianLikelihood:
     #: Known per-row noise (``extra_noise``) adds to the observation noise here; under
     #: likelihoods without this flag the model adds it to the latent variance instead.
     takes_known_noise = True
+
     def __init__(self, noise_variance):
         self.noise_variance = float(noise_variance)
 
@@ -99,7 +101,7 @@ class GaussianLikelihood:
     def predictive_covariance(self, mean, cov):
         """Mean (n,) and joint covariance (n, n) of y given the latent joint posterior."""
         if backend.input_namespace(mean, cov) is not np:
-            return mean, cov + self.noise_variance * backend.eye(cov.shape[0], cov)
+            return mean, cov + self.noise_variance * linalg.eye(cov.shape[0], cov)
         return mean, cov + self.noise_variance * np.eye(cov.shape[0])
 
     def log_predictive_density(self, y, mean, var):

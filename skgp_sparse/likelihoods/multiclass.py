@@ -17,7 +17,9 @@ import numpy as np
 from numpy.polynomial.hermite import hermgauss
 
 from .. import backend
-from ._quadrature import as_working_floats, rule_like
+from . import _special as special
+from ._base import Likelihood
+from ._quadrature import rule_like
 
 #: Floor of the marginal variances under a square root; the derivatives below it are
 #: those at the floor, so an optimiser still sees which way the variance should move.
@@ -54,15 +56,7 @@ def _one_hot(idx, n_classes, xp):
     return xp.arange(n_classes, device=backend.device_of(idx)) == xp.reshape(idx, (-1, 1))
 
 
-def _marginals(xp, mean, var):
-    """(mean, var) as the computation takes them: float64 for numpy (lists accepted),
-    the working float of the pair otherwise."""
-    if xp is np:
-        return np.asarray(mean, dtype=float), np.asarray(var, dtype=float)
-    return as_working_floats(xp, (mean, var), mean, var)
-
-
-class RobustMaxLikelihood:
+class RobustMaxLikelihood(Likelihood):
     """``p(y = k | f) = 1 - epsilon`` if k = argmax f, else ``epsilon / (K - 1)``.
 
     With P = Pr_q[argmax f = y] the expected log-likelihood is
@@ -80,9 +74,6 @@ class RobustMaxLikelihood:
     n_points : int, default=20
         Number of Gauss-Hermite nodes.
     """
-
-    #: The expected log-likelihood is not quadratic in f: no exact unit natural step.
-    conjugate = False
 
     def __init__(self, n_classes, epsilon=1e-3, n_points=20):
         if int(n_classes) < 2:
@@ -115,7 +106,7 @@ class RobustMaxLikelihood:
         root_2v_y = xp.sqrt(2.0 * v_y)
         u = m_y[:, None] + root_2v_y[:, None] * nodes  # (n, Q)
         z = (u[:, :, None] - mean[:, None, :]) / s[:, None, :]  # (n, Q, K)
-        log_phi_cdf = backend.log_ndtr(z, xp)
+        log_phi_cdf = special.log_ndtr(z, xp)
         label = _one_hot(idx, K, xp)  # (n, K)
         own = label[:, None, :]
         # The label's own column is not a factor of the product.
@@ -154,8 +145,8 @@ class RobustMaxLikelihood:
         d_mean : array of shape (n, K)
         d_var : array of shape (n, K)
         """
-        xp = backend.input_namespace(y, mean, var)
-        mean, var = _marginals(xp, mean, var)
+        # The labels stay as given: _check_labels reads them as integers.
+        xp, _, mean, var = self._inputs(y, mean, var, float_targets=False)
         idx = _check_labels(y, mean.shape[0], self.n_classes, xp)
         P, dP_mean, dP_var = self._argmax_probability(idx, mean, var, True, xp)
         gap = float(self._log_hit - self._log_miss)
@@ -173,8 +164,7 @@ class RobustMaxLikelihood:
         -------
         array of shape (n, K)
         """
-        xp = backend.input_namespace(mean, var)
-        mean, var = _marginals(xp, mean, var)
+        xp, _, mean, var = self._inputs(None, mean, var)
         n = mean.shape[0]
         device = backend.device_of(mean)
         P = xp.stack(
@@ -204,7 +194,7 @@ class RobustMaxLikelihood:
         return miss + P * (1.0 - self.epsilon - miss)
 
 
-class SoftmaxLikelihood:
+class SoftmaxLikelihood(Likelihood):
     """``p(y = k | f) = softmax(f)_k``, expectations by Monte Carlo on fixed draws.
 
     The standard-normal draws are taken once from ``seed``, so the expected
@@ -230,9 +220,6 @@ class SoftmaxLikelihood:
     seed : int, default=0
         Seed of the fixed draws.
     """
-
-    #: The expected log-likelihood is not quadratic in f: no exact unit natural step.
-    conjugate = False
 
     def __init__(self, n_classes, n_samples=64, seed=0):
         if int(n_classes) < 2:
@@ -272,8 +259,8 @@ class SoftmaxLikelihood:
         d_mean : array of shape (n, K)
         d_var : array of shape (n, K)
         """
-        xp = backend.input_namespace(y, mean, var)
-        mean, var = _marginals(xp, mean, var)
+        # The labels stay as given: _check_labels reads them as integers.
+        xp, _, mean, var = self._inputs(y, mean, var, float_targets=False)
         dtype = mean.dtype
         if xp is not np:
             # The symmetric difference of the variance derivative needs float64 (above).
@@ -282,7 +269,7 @@ class SoftmaxLikelihood:
         n = mean.shape[0]
         idx = _check_labels(y, n, self.n_classes, xp)
         f, s, draws = self._latent_draws(mean, var, xp)
-        log_p = backend.log_softmax(f, 2, xp)
+        log_p = special.log_softmax(f, 2, xp)
         # d log softmax(f)_y / d f = onehot(y) - softmax(f).
         grad = -xp.exp(log_p)
         if xp is np:
@@ -315,7 +302,6 @@ class SoftmaxLikelihood:
         array of shape (n, K)
             Rows sum to one.
         """
-        xp = backend.input_namespace(mean, var)
-        mean, var = _marginals(xp, mean, var)
+        xp, _, mean, var = self._inputs(None, mean, var)
         f, _, _ = self._latent_draws(mean, var, xp)
-        return xp.mean(backend.softmax(f, 2, xp), axis=1)
+        return xp.mean(special.softmax(f, 2, xp), axis=1)

@@ -2,14 +2,16 @@
 
 import numpy as np
 
-from .. import backend
+from .. import backend, linalg
+from . import _special as special
+from ._base import Likelihood
 from ._quadrature import as_working_floats, gauss_hermite, rule_like
 
 #: Gauss-Hermite nodes of log_predictive_density (prediction only, so generous).
 _LPD_POINTS = 64
 
 
-class PoissonLikelihood:
+class PoissonLikelihood(Likelihood):
     """``y ~ Poisson(exp(f + log_offset))`` for counts y in {0, 1, 2, ...}.
 
     The latent function is the log-rate relative to ``exp(log_offset)``: with the
@@ -34,8 +36,6 @@ class PoissonLikelihood:
     only.
     """
 
-    #: The expected log-likelihood is not quadratic in f: no exact unit natural step.
-    conjugate = False
     #: No learned hyperparameters.
     n_params = 0
     param_names = ()
@@ -64,10 +64,9 @@ class PoissonLikelihood:
 
     def d_log_params(self, y, mean, var):
         """An empty derivative, array of shape (n, 0) in the namespace of the inputs."""
-        xp = backend.input_namespace(y, mean, var)
+        xp, _, mean, _ = self._inputs(y, mean, var)
         if xp is np:
-            return np.zeros((np.shape(mean)[0], 0))
-        (mean,) = as_working_floats(xp, (mean, var), mean)
+            return np.zeros((mean.shape[0], 0))
         return xp.zeros((mean.shape[0], 0), dtype=mean.dtype, device=backend.device_of(mean))
 
     @staticmethod
@@ -105,13 +104,6 @@ class PoissonLikelihood:
         return y
 
     # --- the interface of the variational model --------------------------------------
-    def _inputs(self, xp, *arrays, reference):
-        """``arrays`` as the computation takes them: float64 numpy arrays for numpy (lists
-        accepted), the working float of ``reference`` (the latent marginals) otherwise."""
-        if xp is np:
-            return tuple(np.asarray(a, dtype=float) for a in arrays)
-        return as_working_floats(xp, reference, *arrays)
-
     def _mean_rate(self, mean, var, xp=np):
         """E_q[exp(f + log_offset)] = exp(mean + log_offset + var / 2)."""
         return xp.exp(mean + self.log_offset + 0.5 * var)
@@ -132,10 +124,9 @@ class PoissonLikelihood:
         d_mean : array of shape (n, 1)
         d_var : array of shape (n, 1)
         """
-        xp = backend.input_namespace(y, mean, var)
-        y, mean, var = self._inputs(xp, y, mean, var, reference=(mean, var))
+        xp, y, mean, var = self._inputs(y, mean, var)
         rate = self._mean_rate(mean, var, xp)
-        ell = y * (mean + self.log_offset) - rate - backend.gammaln(y + 1.0, xp)
+        ell = y * (mean + self.log_offset) - rate - special.gammaln(y + 1.0, xp)
         return ell, y - rate, -0.5 * rate
 
     def predictive(self, mean, var):
@@ -145,8 +136,7 @@ class PoissonLikelihood:
         ``Var[y] = E[y] + (exp(var) - 1) E[y]^2``: Poisson noise plus the spread of the
         log-normal rate.
         """
-        xp = backend.input_namespace(mean, var)
-        mean, var = self._inputs(xp, mean, var, reference=(mean, var))
+        xp, _, mean, var = self._inputs(None, mean, var)
         rate = self._mean_rate(mean, var, xp)
         return rate, rate + xp.expm1(var) * rate * rate
 
@@ -159,8 +149,8 @@ class PoissonLikelihood:
             rate = self._mean_rate(np.asarray(mean, dtype=float), np.asarray(np.diag(cov), dtype=float))
             return rate, np.outer(rate, rate) * np.expm1(cov) + np.diag(rate)
         mean, cov = as_working_floats(xp, (mean, cov), mean, cov)
-        rate = self._mean_rate(mean, backend.diagonal(cov, xp), xp)
-        diagonal = xp.where(backend.eye(cov.shape[0], cov) == 1.0, rate[None, :], 0.0)
+        rate = self._mean_rate(mean, linalg.diagonal(cov, xp), xp)
+        diagonal = xp.where(linalg.eye(cov.shape[0], cov) == 1.0, rate[None, :], 0.0)
         return rate, rate[:, None] * rate[None, :] * xp.expm1(cov) + diagonal
 
     def sample(self, f, rng):
@@ -182,9 +172,9 @@ class PoissonLikelihood:
         for var <= 4, at any count, and grows to about 3e-4 nats at var = 25 for y = 0,
         whose integrand is the most skewed.
         """
-        xp = backend.input_namespace(y, mean, var)
         shape = backend.shape_of(mean)
-        y, mean, var = (xp.reshape(a, (-1, 1)) for a in self._inputs(xp, y, mean, var, reference=(mean, var)))
+        xp, y, mean, var = self._inputs(y, mean, var)
+        y, mean, var = (xp.reshape(a, (-1, 1)) for a in (y, mean, var))
         eta = mean + self.log_offset
         # A floor keeps v = 0 (where the integrand is a point mass at the mean) finite;
         # every term below depends smoothly on v down to it.
@@ -193,13 +183,13 @@ class PoissonLikelihood:
         # d = v (y - exp(eta + d)), i.e. d = v y - W(v exp(eta + v y)) with Lambert's W,
         # taken as Wright's omega of the logarithm so that it cannot overflow.
         # (Any centre would do; the mode makes the rule accurate.)
-        d = v * y - backend.wrightomega(xp.log(v) + eta + v * y, xp)
+        d = v * y - special.wrightomega(xp.log(v) + eta + v * y, xp)
         v_rate = v * xp.exp(eta + d)
         spread = xp.sqrt(2.0 * v / (1.0 + v_rate))  # sqrt(2) / sqrt(curvature at the mode)
         x, w = rule_like(*gauss_hermite(_LPD_POINTS), v)
         nodes = d + spread * x
-        log_y_factorial = backend.gammaln(y + 1.0, xp)
+        log_y_factorial = special.gammaln(y + 1.0, xp)
         log_f = -0.5 * nodes * nodes / v + y * (eta + nodes) - xp.exp(eta + nodes) - log_y_factorial
         # p(y) = (spread / sqrt(2 pi v)) * sqrt(pi) * sum_i w_i exp(log_f_i + x_i^2).
-        lpd = backend.logsumexp(log_f + x * x, axis=1, b=w, keepdims=True, xp=xp) - 0.5 * xp.log1p(v_rate)
+        lpd = special.logsumexp(log_f + x * x, axis=1, b=w, keepdims=True, xp=xp) - 0.5 * xp.log1p(v_rate)
         return xp.reshape(lpd, shape)

@@ -5,8 +5,10 @@ import math
 import numpy as np
 from scipy.special import betaln, digamma, gammainccinv, gammaincinv, gammaln, polygamma
 
-from .. import backend
-from ._quadrature import as_working_floats, check_n_points, gauss_hermite, latent_nodes, rule_like
+from .. import backend, linalg
+from . import _special as special
+from ._base import Likelihood
+from ._quadrature import check_n_points, gauss_hermite, latent_nodes, rule_like
 
 LOG_2PI = np.log(2.0 * np.pi)
 # A Python float (array_api_strict refuses numpy scalars; float32 stays float32 with it).
@@ -56,7 +58,7 @@ def _log_bounds(name, value, bounds):
     return np.log(low), np.log(high)
 
 
-class StudentTLikelihood:
+class StudentTLikelihood(Likelihood):
     """``y = f + scale * t_df``: Student-t noise with ``df`` degrees of freedom.
 
     Its density falls off as a power of the residual, so a few gross outliers pull the
@@ -99,9 +101,6 @@ class StudentTLikelihood:
     ``digamma``, the Gamma quantiles) are scipy's, on scalars. :meth:`sample` is numpy
     only.
     """
-
-    #: The expected log-likelihood is not quadratic in f: no exact unit natural step.
-    conjugate = False
 
     _NAMES = ("df", "scale")
 
@@ -155,15 +154,6 @@ class StudentTLikelihood:
         """
         nu = self.df
         return -betaln(0.5 * nu, 0.5) - 0.5 * np.log(nu) - np.log(self.scale)
-
-    def _inputs(self, xp, y, mean, var):
-        """(y, mean, var) as the computation takes them, and the rule in their namespace:
-        float64 numpy arrays for numpy (lists accepted), the working float otherwise."""
-        if xp is np:
-            y, mean, var = (np.asarray(a, dtype=float) for a in (y, mean, var))
-            return y, mean, var, self._nodes, self._weights
-        y, mean, var = as_working_floats(xp, (mean, var), y, mean, var)
-        return (y, mean, var) + rule_like(self._nodes, self._weights, mean)
 
     @staticmethod
     def _residuals(y, mean, var, nodes, xp):
@@ -220,9 +210,9 @@ class StudentTLikelihood:
         d_mean : array of shape (n, 1)
         d_var : array of shape (n, 1)
         """
-        xp = backend.input_namespace(y, mean, var)
         shape = backend.shape_of(mean)
-        y, mean, var, nodes, w = self._inputs(xp, y, mean, var)
+        xp, y, mean, var = self._inputs(y, mean, var)
+        nodes, w = rule_like(self._nodes, self._weights, mean)
         var = xp.reshape(var, (-1, 1))
         resid = self._residuals(y, mean, var, nodes, xp)
         nu, a2 = self.df, self.df * self.scale**2
@@ -257,8 +247,8 @@ class StudentTLikelihood:
             Columns in the order of :attr:`param_names`, in the namespace and on the
             device of the inputs.
         """
-        xp = backend.input_namespace(y, mean, var)
-        y, mean, var, nodes, w = self._inputs(xp, y, mean, var)
+        xp, y, mean, var = self._inputs(y, mean, var)
+        nodes, w = rule_like(self._nodes, self._weights, mean)
         resid = self._residuals(y, mean, var, nodes, xp)
         nu, a2 = self.df, self.df * self.scale**2
         # share = (y - f)^2 / (df scale^2 + (y - f)^2), in [0, 1).
@@ -296,7 +286,7 @@ class StudentTLikelihood:
         noise of each row is independent, with variance ``scale^2 df / (df - 2)``."""
         noise = self._noise_variance()
         if backend.input_namespace(mean, cov) is not np:
-            return mean, cov + noise * backend.eye(cov.shape[0], cov)
+            return mean, cov + noise * linalg.eye(cov.shape[0], cov)
         return mean, cov + noise * np.eye(cov.shape[0])
 
     def sample(self, f, rng):
@@ -323,17 +313,14 @@ class StudentTLikelihood:
         The grid's length depends on the data, so for a namespace other than numpy each
         block of 4096 rows costs one synchronisation with the host (a single scalar).
         """
-        xp = backend.input_namespace(y, mean, var)
+        xp, y, mean, var = self._inputs(y, mean, var)
+        y, mean, var = (xp.reshape(a, (-1, 1)) for a in (y, mean, var))
         if xp is np:
-            y = np.asarray(y, dtype=float).reshape(-1, 1)
-            mean = np.asarray(mean, dtype=float).reshape(-1, 1)
-            var = np.asarray(var, dtype=float).reshape(-1, 1)
             out = np.empty(y.shape)
             for start in range(0, y.shape[0], _BLOCK_ROWS):
                 rows = slice(start, start + _BLOCK_ROWS)
                 out[rows] = self._scale_mixture_lpd(y[rows], mean[rows], var[rows])
             return out
-        y, mean, var = (xp.reshape(a, (-1, 1)) for a in as_working_floats(xp, (mean, var), y, mean, var))
         blocks = []
         n = y.shape[0]
         for start in range(0, n, _BLOCK_ROWS):
@@ -368,5 +355,5 @@ class StudentTLikelihood:
             log_s = xp.logaddexp(xp.log(v), -u)  # log of (var + scale^2 / lam) / scale^2
         log_gamma = float(k * np.log(k) - gammaln(k)) + k * u - k * xp.exp(u)
         log_normal = -0.5 * (_LOG_2PI + log_s) - 0.5 * r2 * xp.exp(-log_s)
-        lpd = backend.logsumexp(log_gamma + log_normal, axis=1, keepdims=True, xp=xp)
+        lpd = special.logsumexp(log_gamma + log_normal, axis=1, keepdims=True, xp=xp)
         return lpd + xp.log(h) - float(np.log(self.scale))

@@ -1,0 +1,66 @@
+"""What every likelihood shares: its flags, and the one entry of its array methods."""
+
+import numpy as np
+
+from .. import backend
+from ._quadrature import as_working_floats
+
+
+class Likelihood:
+    """Base class of the observation models.
+
+    A likelihood meets the variational model only through the marginals ``(mean, var)``
+    of the latent functions at the rows of a minibatch: its ``expected_log_lik(y, mean,
+    var)`` returns the per-row expected log-likelihood and its derivatives in ``mean``
+    and ``var``, and its prediction methods map the same marginals to the targets.
+
+    The methods take arrays of any Array API namespace and answer in it, on the inputs'
+    device. Each starts from :meth:`_inputs`, which finds the namespace of its arrays and
+    converts them once: numpy inputs (array-likes included) to float64, as the numpy code
+    always took them; arrays of another library to the working float of the marginals.
+
+    A subclass holds only its own parameters: this class adds no state to an instance,
+    so pickles of the likelihoods are unchanged by it.
+    """
+
+    #: Whether the expected log-likelihood is quadratic in f, so that a natural step of
+    #: size one on a full batch lands on the optimal q(u).
+    conjugate = False
+    #: Whether known per-row noise (``extra_noise``) adds to the observation noise here;
+    #: under the other likelihoods the model adds it to the latent variance instead.
+    takes_known_noise = False
+
+    @staticmethod
+    def _inputs(y, mean, var, float_targets=True):
+        """The namespace of a call and its arrays as the computation takes them.
+
+        Parameters
+        ----------
+        y : array, array-like or None
+            Targets or labels; None for the prediction methods.
+        mean, var : array or array-like
+            Marginal means and variances (or covariances) of the latent functions.
+        float_targets : bool, default=True
+            Convert ``y`` with ``mean`` and ``var``. False leaves it as given (class
+            labels, which are read as integers); it still takes part in finding the
+            namespace.
+
+        Returns
+        -------
+        xp : namespace
+            numpy unless one of the arrays is of another library
+            (:func:`skgp_sparse.backend.input_namespace`).
+        y, mean, var : arrays of ``xp``
+            numpy: float64 arrays (lists accepted); another library: in the working
+            float of ``mean`` and ``var`` (:func:`._quadrature.as_working_floats`).
+            ``y`` is None when it was given as None.
+        """
+        xp = backend.input_namespace(y, mean, var)
+        convert_y = float_targets and y is not None
+        if xp is np:
+            # numpy: the conversions the numpy code always made (float64, lists accepted).
+            if convert_y:
+                y = np.asarray(y, dtype=float)
+            return xp, y, np.asarray(mean, dtype=float), np.asarray(var, dtype=float)
+        floats = as_working_floats(xp, (mean, var), mean, var, *((y,) if convert_y else ()))
+        return xp, (floats[2] if convert_y else y), floats[0], floats[1]

@@ -1,0 +1,324 @@
+"""The Array API back end of :mod:`skgp_sparse.linalg`: the same operations for arrays of
+any other library (CuPy, PyTorch, ``array_api_strict``, ...), in their namespace and on
+their device.
+
+Products are written once with ``matmul``. The standard also has a Cholesky
+factorisation, but no triangular solve, and every library reports a failed
+factorisation differently; those two are filled in per library:
+
+* torch: ``torch.linalg.cholesky_ex`` (its ``info``) and ``torch.linalg.solve_triangular``.
+* cupy: ``cupy.linalg.cholesky`` under ``cupyx.errstate(linalg="raise")`` (cuSOLVER's
+  ``devInfo`` is ignored otherwise) and ``cupyx.scipy.linalg.solve_triangular``.
+* a namespace wrapping numpy (``array_api_compat.numpy``): the LAPACK and BLAS routines
+  of :mod:`._numpy`.
+* array_api_strict and any other library: ``xp.linalg.cholesky`` (a raised
+  ``LinAlgError`` is a failure) and a blocked substitution in standard operations.
+
+Every branch but numpy's also checks that the factor is finite: CuPy (with the default
+error state) and JAX return NaN silently instead of raising. All arguments of one call
+must belong to the same library.
+"""
+
+import numpy as np
+
+from .. import backend as be
+from . import _numpy
+from ._jitter import FLOAT32_MIN_JITTER, CholeskyError, retry_with_jitter
+
+#: Rows per block of the generic triangular substitution (:func:`_substitute`): each
+#: block costs one ``matmul`` for its right-hand side and one rank-1 update per row.
+_SUBSTITUTION_BLOCK = 32
+
+
+# --------------------------------------------------------------------------------------
+# small helpers (the standard has them under other names, or not at all)
+# --------------------------------------------------------------------------------------
+def eye(n, like):
+    """Identity of the namespace, dtype and device of the array ``like``."""
+    xp = be.namespace(like)
+    if xp is np:
+        return np.eye(n, dtype=like.dtype)
+    return xp.eye(n, dtype=like.dtype, device=be.device_of(like))
+
+
+def diagonal(a, xp):
+    """Main diagonal of a square matrix, shape ``(n,)``."""
+    linalg = getattr(xp, "linalg", None)
+    if linalg is not None and hasattr(linalg, "diagonal"):
+        return linalg.diagonal(a)
+    return xp.sum(a * eye(a.shape[0], a), axis=1)
+
+
+def trace(a, xp):
+    """Trace of a square matrix as a 0-d array (no device-to-host synchronisation)."""
+    return xp.sum(diagonal(a, xp))
+
+
+def add_to_diagonal(a, value):
+    """``a + value * I`` as a new array."""
+    return a + value * eye(a.shape[0], a)
+
+
+def _astype(a, dtype, xp):
+    if xp is np:
+        return a.astype(dtype)
+    return xp.astype(a, dtype)
+
+
+# --------------------------------------------------------------------------------------
+# products
+# --------------------------------------------------------------------------------------
+def mm(a, b, trans_a, trans_b):
+    """``op(a) @ op(b)`` by ``matmul``, in the working float of the two."""
+    xp = be.namespace(a, b)
+    squeeze = []
+    if a.ndim == 1:
+        a, trans_a = xp.reshape(a, (1, -1)), False
+        squeeze.append(0)
+    if b.ndim == 1:
+        b, trans_b = xp.reshape(b, (-1, 1)), False
+        squeeze.append(1)
+    dtype = be.working_float(xp, a, b)
+    a = xp.astype(a, dtype, copy=False)
+    b = xp.astype(b, dtype, copy=False)
+    c = (xp.matrix_transpose(a) if trans_a else a) @ (xp.matrix_transpose(b) if trans_b else b)
+    if squeeze:
+        c = xp.reshape(c, tuple(s for i, s in enumerate(c.shape) if i not in squeeze))
+    return c
+
+
+def gram(a, trans):
+    """``a @ a.T`` (or ``a.T @ a``), exactly symmetric."""
+    xp = be.namespace(a)
+    a = xp.astype(a, be.working_float(xp, a), copy=False)
+    g = xp.matrix_transpose(a) @ a if trans else a @ xp.matrix_transpose(a)
+    # Exactly symmetric, as SYRK's mirrored triangle is: keep the lower triangle only.
+    return xp.tril(g) + xp.matrix_transpose(xp.tril(g, k=-1))
+
+
+def sym_mm(sym, b):
+    """``sym @ b`` by ``matmul`` (no library offers SYMM through the standard)."""
+    return be.namespace(sym, b).matmul(sym, b)
+
+
+# --------------------------------------------------------------------------------------
+# Cholesky
+# --------------------------------------------------------------------------------------
+def _factor(a, xp):
+    """Lower Cholesky factor of ``a`` and whether it succeeded, with LAPACK's ``info``
+    when the library reports one (None otherwise). Never raises for an indefinite
+    matrix."""
+    lib = be.library(xp)
+    if lib == "numpy":
+        low, info = _numpy.potrf(np.asarray(a))
+        return low, info == 0, info
+    if lib == "torch":
+        import torch
+
+        low, info = torch.linalg.cholesky_ex(a)
+        # One synchronisation for both checks: info alone misses a NaN input.
+        ok = bool((info == 0) & torch.all(torch.isfinite(low)))
+        return low, ok, (None if ok else int(info))
+    if lib == "cupy":
+        import cupy
+        import cupyx
+
+        # cuSOLVER's devInfo is ignored by default and the factor then holds garbage
+        # past the failing pivot, finite or not; the "raise" state checks it.
+        try:
+            with cupyx.errstate(linalg="raise"):
+                low = cupy.linalg.cholesky(a)
+        except np.linalg.LinAlgError:
+            return None, False, None
+        return low, bool(cupy.all(cupy.isfinite(low))), None
+    # array_api_strict (numpy's LAPACK underneath, raising LinAlgError) and any other
+    # library: a raised error or a non-finite factor is a failure.
+    try:
+        low = xp.linalg.cholesky(a)
+    except (np.linalg.LinAlgError, RuntimeError, ValueError):
+        return None, False, None
+    return low, bool(xp.all(xp.isfinite(low))), None
+
+
+def _check_finite(a, xp, message):
+    if not bool(xp.all(xp.isfinite(a))):
+        raise CholeskyError(message)
+
+
+def cholesky(a, xp):
+    """Lower Cholesky factor; :class:`CholeskyError` for a NaN or infinite entry or a
+    matrix that is not numerically positive definite."""
+    low, ok, info = _factor(a, xp)
+    if not ok:
+        _check_finite(a, xp, "matrix to factorise contains NaN or inf")
+        detail = "" if info is None else f" (leading minor {info})"
+        raise CholeskyError(f"matrix is not positive definite{detail}")
+    return low
+
+
+def jittered_cholesky(a, xp, jitter, max_tries, what, stacklevel):
+    """Cholesky of ``a + jitter * mean(diag(a)) * I`` with the jitter schedule of
+    :func:`._jitter.retry_with_jitter` (which warns at ``stacklevel``).
+
+    On a GPU each attempt synchronises once with the host (to learn whether it
+    succeeded), and the scale ``mean(diag(a))`` once more. A float32 matrix starts
+    from :data:`FLOAT32_MIN_JITTER`, and if it fails at that first jitter it is
+    factorised in float64 and its factor cast back, as on numpy (except on a device
+    without float64, see :func:`skgp_sparse.backend.widest_float`).
+    """
+    _check_finite(a, xp, f"{what} contains NaN or inf; check the inputs and the kernel hyperparameters")
+    scale = float(xp.mean(diagonal(a, xp)))
+    if not scale > 0:
+        scale = 1.0
+
+    def factor_in(dtype):
+        def factor(added):
+            matrix = a if a.dtype == dtype else _astype(a, dtype, xp)
+            low, ok, _ = _factor(matrix + added * eye(a.shape[0], matrix), xp)
+            return (_astype(low, a.dtype, xp) if ok and low.dtype != a.dtype else low), ok
+
+        return factor
+
+    wide = be.widest_float(xp, be.device_of(a))
+    if a.dtype == xp.float32:
+        jitter = max(jitter, FLOAT32_MIN_JITTER)
+    return retry_with_jitter(
+        factor_in(a.dtype), scale, jitter, max_tries, what, stacklevel=stacklevel,
+        wide_factor=factor_in(wide) if a.dtype != wide else None,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# triangular solves and products
+# --------------------------------------------------------------------------------------
+def solve_triangular(low, b, xp, trans, right):
+    """``op(low)^-1 b`` (or ``b op(low)^-1`` with ``right``), reading only the lower
+    triangle of ``low``; a 1-D ``b`` is a column (a row with ``right``)."""
+    vector = b.ndim == 1
+    if vector:
+        b = xp.reshape(b, (1, -1) if right else (-1, 1))
+    x = _solve_2d(low, b, xp, trans, right)
+    if vector:
+        return x[0, :] if right else x[:, 0]
+    return x
+
+
+def _solve_2d(low, b, xp, trans, right):
+    lib = be.library(xp)
+    if lib == "numpy":
+        return _numpy.solve_triangular(low, b, trans, right)
+    if lib == "torch":
+        import torch
+
+        # op(L) is L (lower) or L^T (upper); torch reads only that triangle.
+        a = low.mT if trans else low
+        return torch.linalg.solve_triangular(a, b, upper=trans, left=not right)
+    if lib == "cupy":
+        from cupyx.scipy.linalg import solve_triangular as cupy_trsm
+
+        if right:
+            # x op(L) = b  <=>  op(L)^T x^T = b^T
+            return cupy_trsm(low, b.T, trans=0 if trans else 1, lower=True).T
+        return cupy_trsm(low, b, trans=1 if trans else 0, lower=True)
+    return _generic_solve(low, b, xp, trans, right)
+
+
+def _generic_solve(low, b, xp, trans, right):
+    """Triangular solve in standard operations only, for libraries without one."""
+    t = xp.matrix_transpose
+    if right:
+        # x op(L) = b  <=>  op(L)^T x^T = b^T; op(L)^T is L^T (upper) or L (lower).
+        return t(_substitute(low if trans else t(low), t(b), lower=trans, xp=xp))
+    return _substitute(t(low) if trans else low, b, lower=not trans, xp=xp)
+
+
+def _substitute(tri, b, lower, xp):
+    """Solve ``tri x = b`` by blocked forward (``lower``) or back substitution.
+
+    The right-hand side of each block of :data:`_SUBSTITUTION_BLOCK` rows is updated with
+    the rows already solved by one ``matmul``; inside a block the rows are solved one
+    at a time with a rank-1 update of the rows left. Only the triangle named by
+    ``lower`` is read. No in-place writes, so any Array API library can run it.
+    """
+    m = tri.shape[0]
+    if m == 0:
+        return b
+    starts = list(range(0, m, _SUBSTITUTION_BLOCK))
+    blocks = {}
+    for k0 in starts if lower else reversed(starts):
+        k1 = min(k0 + _SUBSTITUTION_BLOCK, m)
+        rhs = b[k0:k1, :]
+        if lower and k0 > 0:
+            rhs = rhs - tri[k0:k1, :k0] @ xp.concat([blocks[s] for s in starts if s < k0], axis=0)
+        elif not lower and k1 < m:
+            rhs = rhs - tri[k0:k1, k1:] @ xp.concat([blocks[s] for s in starts if s >= k1], axis=0)
+        rows = []
+        if lower:
+            rest = rhs
+            for i in range(k0, k1):
+                x = rest[:1, :] / tri[i, i]
+                rows.append(x)
+                rest = rest[1:, :] - tri[i + 1 : k1, i : i + 1] * x
+        else:
+            rest = rhs
+            for i in range(k1 - 1, k0 - 1, -1):
+                n_left = i - k0
+                x = rest[n_left:, :] / tri[i, i]
+                rows.append(x)
+                rest = rest[:n_left, :] - tri[k0:i, i : i + 1] * x
+            rows.reverse()
+        blocks[k0] = xp.concat(rows, axis=0)
+    return xp.concat([blocks[s] for s in starts], axis=0)
+
+
+def tri_mm(low, b, xp, trans, right):
+    """``op(low) @ b`` (or ``b @ op(low)``) by ``matmul`` with the lower triangle of
+    ``low`` (no library offers TRMM through the standard, and a GEMM on a GPU is as
+    fast)."""
+    tri = xp.tril(low)
+    if trans:
+        tri = xp.matrix_transpose(tri)
+    return b @ tri if right else tri @ b
+
+
+# --------------------------------------------------------------------------------------
+# inverses and the reverse mode of the Cholesky factorisation
+# --------------------------------------------------------------------------------------
+def tri_inverse(low):
+    """Inverse of a lower triangular matrix, by a triangular solve against the identity."""
+    xp = be.namespace(low)
+    if bool(xp.any(diagonal(low, xp) == 0)):
+        raise CholeskyError("triangular factor is singular")
+    return xp.tril(solve_triangular(low, eye(low.shape[0], low), xp, False, False))
+
+
+def inverse_cholesky_factor(precision):
+    """Lower ``L`` with ``L L^T = precision^-1``: ``J chol(J P J)^-T J``."""
+    xp = be.namespace(precision)
+    c = cholesky(xp.flip(precision, axis=(0, 1)), xp)
+    return xp.flip(xp.matrix_transpose(tri_inverse(c)), axis=(0, 1))
+
+
+def cholesky_backward(low, low_bar, lt_low_bar, inv_low):
+    """Adjoint of ``A`` from that of ``low = chol(A)`` (Murray 2016, eq. 10)."""
+    xp = be.namespace(low)
+    t = xp.matrix_transpose
+    if lt_low_bar is None:
+        lt_low_bar = tri_mm(low, xp.tril(low_bar), xp, True, False)
+    if inv_low is not None:
+        mirrored = xp.tril(lt_low_bar) + t(xp.tril(lt_low_bar, k=-1))
+        inner = tri_mm(inv_low, mirrored, xp, True, False)
+        return 0.5 * tri_mm(inv_low, inner, xp, False, True)
+    # Phi: the lower triangle with a halved diagonal.
+    lower = xp.tril(lt_low_bar)
+    phi = 0.5 * (lower + xp.tril(lt_low_bar, k=-1))
+    x = solve_triangular(low, phi, xp, True, False)
+    x = solve_triangular(low, x, xp, False, True)
+    return 0.5 * (x + t(x))
+
+
+def jittered_cholesky_backward(low, lt_low_bar, jitter, inv_low):
+    """Adjoint of K from that of ``low = chol(K + jitter * mean(diag K) I)``."""
+    xp = be.namespace(low)
+    k_bar = cholesky_backward(low, None, lt_low_bar, inv_low)
+    return add_to_diagonal(k_bar, jitter * trace(k_bar, xp) / k_bar.shape[0])
