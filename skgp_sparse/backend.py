@@ -244,6 +244,24 @@ def working_float(xp, *arrays):
     return widest_float(xp, device_of(arrays[0]))
 
 
+def owned_float_copy(points):
+    """The namespace of ``points`` and a floating copy of them that a model can own.
+
+    numpy (or array-like) input gives a float64 numpy array, the host's working precision;
+    an array of another library gives an array of that library, on its device, in its
+    floating dtype (float32 stays float32).
+
+    Returns
+    -------
+    xp : namespace
+    copy : array of ``xp``
+    """
+    xp = input_namespace(points)
+    if is_numpy(xp):
+        return xp, np.array(points, dtype=np.float64)
+    return xp, xp.asarray(xp.astype(points, working_float(xp, points)), copy=True)
+
+
 def device_namespace(name):
     """The namespace and device of the GPU library ``name``, for ``backend=name``.
 

@@ -21,10 +21,10 @@ predictor always uses it, so a test row costs one product. Every formula of the 
 pass below is checked against finite differences, in both forms, in tests/test_coupled.py.
 
 The state's arrays and X may also be arrays of another library (CuPy, PyTorch,
-array_api_strict; see :mod:`skgp_sparse.backend`): each entry point branches once on the
-namespace, numpy keeping its BLAS/numba path unchanged, and the other namespaces take the
-same formulas in Array API operations (new arrays instead of in-place updates, the
-fallbacks of :mod:`._fused` instead of its numba loops), answering in the inputs'
+array_api_strict; see :mod:`skgp_sparse.backend`): every function is written once over
+the arrays' namespace, and the primitives of :mod:`skgp_sparse.linalg` keep numpy on its
+BLAS calls and numba passes (in place where that saves an M x B temporary) while the
+other namespaces take the same formulas in Array API operations, answering in the inputs'
 namespace and device. tests/test_backend_coupled.py checks them against numpy.
 """
 
@@ -32,36 +32,33 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._fused import (
-    a_adjoint_inplace,
-    add_column_products,
-    add_scaled_difference_inplace,
-    add_scaled_inplace,
-    column_variances,
-    folded_adjoint_inplace,
-    xp_a_adjoint,
-    xp_column_products,
-    xp_column_variances,
-    xp_folded_adjoint,
-    xp_scaled_difference,
-)
 from . import _collapsed
 from .contract import Basis
 from .state import VariationalState, cache_field
-from .toolkit import blocks, copy_array, factor_kzz, same_values, signed_gram, summed_var_adjoint
+from .toolkit import blocks, factor_kzz, signed_gram, summed_var_adjoint
 from .. import backend as be
 from ..linalg import (
     CholeskyError,
+    add_scaled,
+    add_scaled_difference,
+    add_to_diagonal,
+    column_products,
+    column_variances,
+    copy_array,
+    diagonal,
+    eye,
     gram,
     inverse_cholesky_factor,
     jittered_cholesky_backward,
     mm,
+    outer_plus_scaled,
+    outer_plus_scaled_difference,
+    same_values,
     solve_triangular,
     sym_mm,
     tri_inverse,
     tri_mm,
 )
-from ..linalg import add_to_diagonal, diagonal, eye
 
 
 #: Fields of the state that Adam moves when the inducing inputs are learned.
@@ -104,11 +101,7 @@ class CoupledState(VariationalState):
         """S_c^-1 for every covariance."""
         if self.precision is None:
             xp = be.namespace(self.q_sqrt)
-            if be.is_numpy(xp):
-                inv = [tri_inverse(low) for low in self.q_sqrt]
-                self.precision = np.stack([gram(i, trans=True) for i in inv])
-            else:
-                self.precision = xp.stack([gram(tri_inverse(low), trans=True) for low in blocks(self.q_sqrt)])
+            self.precision = xp.stack([gram(tri_inverse(low), trans=True) for low in blocks(self.q_sqrt)])
         return self.precision
 
 
@@ -117,16 +110,10 @@ def init_state(inducing, n_outputs, n_covariances, n_orthogonal=0):
     if n_orthogonal != 0:
         raise ValueError("the coupled basis has no orthogonal inducing set")
     m = inducing.shape[0]
-    xp = be.input_namespace(inducing)
-    if not be.is_numpy(xp):
-        # Another library: its arrays, on the inputs' device, in their floating dtype.
-        dtype = be.working_float(xp, inducing)
-        Z = xp.asarray(xp.astype(inducing, dtype), copy=True)
-        identity = eye(m, Z)
-        q_sqrt = xp.stack([identity] * n_covariances)
-        return CoupledState(Z, xp.zeros((m, n_outputs), dtype=dtype, device=be.device_of(Z)), q_sqrt)
-    q_sqrt = np.broadcast_to(np.eye(m), (n_covariances, m, m)).copy()
-    return CoupledState(np.array(inducing, dtype=np.float64), np.zeros((m, n_outputs)), q_sqrt)
+    # The inputs' library, on their device, in their floating dtype (numpy: float64).
+    xp, Z = be.owned_float_copy(inducing)
+    q_sqrt = xp.stack([eye(m, Z)] * n_covariances)
+    return CoupledState(Z, xp.zeros((m, n_outputs), dtype=Z.dtype, device=be.device_of(Z)), q_sqrt)
 
 
 def covariance_of_output(n_outputs, n_covariances):
@@ -199,15 +186,11 @@ class WhitenedTape(TapeBase):
     def a_adjoint(self, state, d_mean, h):
         """dF/dA = m g^T + 2 sum_c (S_c - I) A diag(h_c)."""
         a = self.a
-        if not isinstance(a, np.ndarray):
-            a_bar = xp_a_adjoint(tri_mm(state.q_sqrt[0, ...], self.lt_a[0]), a, state.q_mean, d_mean, h[:, 0])
-            for c in range(1, state.q_sqrt.shape[0]):
-                a_bar = a_bar + xp_scaled_difference(tri_mm(state.q_sqrt[c, ...], self.lt_a[c]), a, h[:, c])
-            return a_bar
-        # accumulated in place over S_0 A (a fresh array) to save M x B temporaries
-        a_bar = a_adjoint_inplace(tri_mm(state.q_sqrt[0], self.lt_a[0]), a, state.q_mean, d_mean, h[:, 0])
+        # Accumulated over S_0 A, a fresh array the fused passes may overwrite.
+        a_bar = outer_plus_scaled_difference(tri_mm(state.q_sqrt[0, ...], self.lt_a[0]), a, state.q_mean, d_mean,
+                                             h[:, 0])
         for c in range(1, state.q_sqrt.shape[0]):
-            add_scaled_difference_inplace(a_bar, tri_mm(state.q_sqrt[c], self.lt_a[c]), a, h[:, c])
+            a_bar = add_scaled_difference(a_bar, tri_mm(state.q_sqrt[c, ...], self.lt_a[c]), a, h[:, c])
         return a_bar
 
     def kzx_adjoint(self, state, d_mean, h):
@@ -252,15 +235,10 @@ class FoldedTape(TapeBase):
             # A second backward pass over the same tape: the first one consumed W K_zx.
             self.middle_kzx = [sym_mm(w, self.kzx) for w in blocks(self.middle)]
         alpha = tri_mm(self.inv_low, state.q_mean, trans=True)
-        if not isinstance(alpha, np.ndarray):
-            kzx_bar = xp_folded_adjoint(self.middle_kzx[0], alpha, d_mean, h[:, 0])
-            for c in range(1, state.q_sqrt.shape[0]):
-                kzx_bar = kzx_bar + 2.0 * self.middle_kzx[c] * h[:, c]
-            self.middle_kzx = None
-            return kzx_bar
-        kzx_bar = folded_adjoint_inplace(self.middle_kzx[0], alpha, d_mean, h[:, 0])
+        # The fused passes may overwrite W_0 K_zx: the tape lets go of all of them.
+        kzx_bar = outer_plus_scaled(self.middle_kzx[0], alpha, d_mean, h[:, 0])
         for c in range(1, state.q_sqrt.shape[0]):
-            add_scaled_inplace(kzx_bar, self.middle_kzx[c], h[:, c])
+            kzx_bar = add_scaled(kzx_bar, self.middle_kzx[c], h[:, c])
         self.middle_kzx = None
         return kzx_bar
 
@@ -302,10 +280,8 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
         kzx, kdiag = kernel(Z, X), kernel.diag(X)
         back_zx = back_diag = None
     xp = be.namespace(kzx)
-    numpy = be.is_numpy(xp)
     inv_low = None
-    float64 = np.float64 if numpy else xp.float64
-    fold_if_stable = need_grad and kzx.dtype == float64 and X.shape[0] >= FOLDED_FORM_MIN_ROWS_PER_POINT * Z.shape[0]
+    fold_if_stable = need_grad and kzx.dtype == xp.float64 and X.shape[0] >= FOLDED_FORM_MIN_ROWS_PER_POINT * Z.shape[0]
     if form == "folded" or (form == "auto" and fold_if_stable):
         inv_low = tri_inverse(low_k)
         # cond(K) <= trace(K) ||K^-1||_2 <= |L|_F^2 |L^-1|_F^2
@@ -314,32 +290,20 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
     if inv_low is None:
         tape = WhitenedTape()
         tape.a = solve_triangular(low_k, kzx)
-        tape.lt_a = [tri_mm(low, tape.a, trans=True) for low in (state.q_sqrt if numpy else blocks(state.q_sqrt))]
+        tape.lt_a = [tri_mm(low, tape.a, trans=True) for low in blocks(state.q_sqrt)]
         mean = mm(tape.a, state.q_mean, trans_a=True)
-        if numpy:
-            var = column_variances(kdiag, tape.a, tape.lt_a, X.shape[0])
-        else:
-            var = xp_column_variances(xp, kdiag, tape.a, tape.lt_a)
+        var = column_variances(kdiag, tape.a, tape.lt_a)
     else:
         tape = FoldedTape()
         tape.inv_low, tape.kzx = inv_low, kzx
         tape.s_minus_i = s_minus_identity(state.q_sqrt)
         tape.middle = folded_middle(inv_low, tape.s_minus_i)
-        tape.middle_kzx = [sym_mm(w, kzx) for w in (tape.middle if numpy else blocks(tape.middle))]
+        tape.middle_kzx = [sym_mm(w, kzx) for w in blocks(tape.middle)]
         mean = mm(kzx, tri_mm(inv_low, state.q_mean, trans=True), trans_a=True)
-        if numpy:
-            var = np.empty((len(tape.middle), X.shape[0]), dtype=kzx.dtype)
-            for c, w_k in enumerate(tape.middle_kzx):
-                add_column_products(kdiag, kzx, w_k, var[c])
-            var = var.T
-        else:
-            var = xp.stack([xp_column_products(xp, kdiag, kzx, w_k) for w_k in tape.middle_kzx], axis=1)
+        var = xp.stack([column_products(kdiag, kzx, w_k) for w_k in tape.middle_kzx], axis=1)
     # The positive and negative parts cancel almost exactly far from the data; a tiny
     # negative result is rounding, not a model property.
-    if numpy:
-        np.maximum(var, 0.0, out=var)
-    else:
-        var = xp.clip(var, min=0.0)
+    var = xp.clip(var, 0.0, None)
     if not need_grad:
         return mean, var, None
     tape.low_k, tape.mean = low_k, mean
@@ -355,22 +319,14 @@ def s_minus_identity(q_sqrt):
     # The factors' strict upper parts are not part of the model (tri_mm ignores them only
     # in its triangular operand).
     xp = be.namespace(q_sqrt)
-    if not be.is_numpy(xp):
-        return xp.stack(
-            [add_to_diagonal(tri_mm(low, xp.tril(low), trans=True, right=True), -1.0, xp) for low in blocks(q_sqrt)]
-        )
-    out = np.stack([tri_mm(low, np.tril(low), trans=True, right=True) for low in q_sqrt])
-    for s in out:
-        s.flat[:: s.shape[0] + 1] -= 1.0
-    return out
+    return xp.stack([add_to_diagonal(tri_mm(low, xp.tril(low), trans=True, right=True), -1.0, xp)
+                     for low in blocks(q_sqrt)])
 
 
 def folded_middle(inv_low, s_minus_i):
     """W_c = L_k^-T (S_c - I) L_k^-1, (C, M, M), from L_k^-1 and S_c - I."""
     xp = be.namespace(s_minus_i)
-    if not be.is_numpy(xp):
-        return xp.stack([tri_mm(inv_low, tri_mm(inv_low, s, trans=True), right=True) for s in blocks(s_minus_i)])
-    return np.stack([tri_mm(inv_low, tri_mm(inv_low, s, trans=True), right=True) for s in s_minus_i])
+    return xp.stack([tri_mm(inv_low, tri_mm(inv_low, s, trans=True), right=True) for s in blocks(s_minus_i)])
 
 
 def backward(tape, state, d_mean, d_var, fields=("inducing",)):
@@ -412,7 +368,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
     kzz_bar = tape.cholesky_adjoint(lt_low_bar)
     theta_zz, z_zz = tape.back_zz(kzz_bar)
     theta_zx, z_zx = tape.back_zx(kzx_bar)
-    theta_d = tape.back_diag(h.sum(axis=1) if isinstance(h, np.ndarray) else be.namespace(h).sum(h, axis=1))
+    theta_d = tape.back_diag(be.namespace(h).sum(h, axis=1))
     bars = {"inducing": z_zz + z_zx}
     if "q_mean" in fields:
         bars["q_mean"] = a_g - state.q_mean
@@ -436,17 +392,11 @@ def q_sqrt_gradient(tape, state, h):
     outputs_per_cov = n_out if n_cov == 1 else 1
     grams = tape.whitened_grams(h)
     xp = be.namespace(state.q_sqrt)
-    if not be.is_numpy(xp):
-        bars = []
-        for c, low in enumerate(blocks(state.q_sqrt)):
-            kl_bar = low - eye(low.shape[0], low) / diagonal(low, xp)
-            bars.append(xp.tril(2.0 * mm(grams[c], low) - outputs_per_cov * kl_bar))
-        return xp.stack(bars)
-    bar = np.empty_like(state.q_sqrt)
-    for c, low in enumerate(state.q_sqrt):
-        kl_bar = low - np.diag(1.0 / np.diag(low))
-        bar[c] = np.tril(2.0 * mm(grams[c], low) - outputs_per_cov * kl_bar)
-    return bar
+    bars = []
+    for c, low in enumerate(blocks(state.q_sqrt)):
+        kl_bar = low - eye(low.shape[0], low) / diagonal(low, xp)
+        bars.append(xp.tril(2.0 * mm(grams[c], low) - outputs_per_cov * kl_bar))
+    return xp.stack(bars)
 
 
 def kl_divergence(kernel, state, jitter, tape=None):
@@ -454,20 +404,13 @@ def kl_divergence(kernel, state, jitter, tape=None):
     n_out = state.q_mean.shape[1]
     n_cov, m = state.q_sqrt.shape[:2]
     xp = be.namespace(state.q_sqrt, state.q_mean)
-    if not be.is_numpy(xp):
-        # A 0-d array of the state's namespace (no synchronisation with the host).
-        per_cov = [
-            xp.sum(low * low) - m - 2.0 * xp.sum(xp.log(xp.abs(diagonal(low, xp))))
-            for low in blocks(state.q_sqrt)
-        ]
-        trace_logdet = sum(per_cov[1:], per_cov[0]) * (n_out if n_cov == 1 else 1)
-        return 0.5 * (trace_logdet + xp.sum(state.q_mean * state.q_mean))
-    per_cov = np.empty(n_cov, dtype=state.q_sqrt.dtype)
-    for c in range(n_cov):
-        low = state.q_sqrt[c]
-        per_cov[c] = np.sum(low * low) - m - 2.0 * np.sum(np.log(np.abs(np.diag(low))))
-    trace_logdet = per_cov.sum() * (n_out if n_cov == 1 else 1)
-    return 0.5 * (trace_logdet + np.sum(state.q_mean * state.q_mean))
+    # A 0-d array (a numpy scalar) of the state's namespace: no synchronisation with a device.
+    per_cov = [
+        xp.sum(low * low) - m - 2.0 * xp.sum(xp.log(xp.abs(diagonal(low, xp))))
+        for low in blocks(state.q_sqrt)
+    ]
+    trace_logdet = sum(per_cov[1:], per_cov[0]) * (n_out if n_cov == 1 else 1)
+    return 0.5 * (trace_logdet + xp.sum(state.q_mean * state.q_mean))
 
 
 def natural_step(tape, state, d_mean, d_var, step):
@@ -498,52 +441,6 @@ def natural_step(tape, state, d_mean, d_var, step):
     grams = tape.whitened_grams(h_sum)
     precisions = state.precisions()
     xp = be.namespace(state.q_sqrt, state.q_mean)
-    if not be.is_numpy(xp):
-        return _xp_natural_step(xp, tape, state, d_mean, h_sum, h, grams, precisions, step, outputs_per_cov)
-    new_mean = np.empty_like(state.q_mean)
-    new_sqrt = np.empty_like(state.q_sqrt)
-    new_prec = np.empty_like(state.q_sqrt)
-    outputs_of = covariance_of_output(n_out, n_cov)
-    for c in range(n_cov):
-        prec_old = precisions[c]
-
-        def new_precision(gram):
-            prec = (1.0 - step) * prec_old - (2.0 * step / outputs_per_cov) * gram
-            prec.flat[:: prec.shape[0] + 1] += step
-            return prec
-
-        prec, low_new, grams = _factored_precision(new_precision, grams, c, tape, h_sum)
-        new_prec[c] = prec
-        cols = np.flatnonzero(outputs_of == c)
-        shift = (1.0 - step) * mm(prec_old, state.q_mean[:, cols])
-        target = d_mean[:, cols] - 2.0 * h[:, c : c + 1] * tape.mean[:, cols]
-        shift += step * tape.a_times(target)
-        new_mean[:, cols] = tri_mm(low_new, tri_mm(low_new, shift, trans=True))
-        new_sqrt[c] = low_new
-    return CoupledState(state.inducing, new_mean, new_sqrt, new_prec)
-
-
-def _factored_precision(new_precision, grams, c, tape, h_sum):
-    """Covariance c's new precision ``new_precision(grams[c])``, its inverse Cholesky
-    factor, and the grams used (recomputed when the first ones failed).
-
-    The folded gram L^-1 (K_zx diag(h) K_xz) L^-T loses definiteness when cond(K_zz) times
-    |h| is huge (a tiny noise): a failed factorisation of a folded tape's precision is
-    redone from grams of A itself; any other failure propagates (the step backs off)."""
-    prec = new_precision(grams[c])
-    try:
-        return prec, inverse_cholesky_factor(prec), grams
-    except CholeskyError:
-        if not isinstance(tape, FoldedTape):
-            raise
-    grams = tape.whitened_grams_of_features(h_sum)
-    prec = new_precision(grams[c])
-    return prec, inverse_cholesky_factor(prec), grams
-
-
-def _xp_natural_step(xp, tape, state, d_mean, h_sum, h, grams, precisions, step, outputs_per_cov):
-    """:func:`natural_step` for arrays of another namespace (new arrays, no in-place writes)."""
-    n_cov = state.q_sqrt.shape[0]
     means, sqrts, precs = [], [], []
     for c in range(n_cov):
         prec_old = precisions[c, ...]
@@ -562,6 +459,24 @@ def _xp_natural_step(xp, tape, state, d_mean, h_sum, h, grams, precisions, step,
         precs.append(prec)
     new_mean = means[0] if n_cov == 1 else xp.concat(means, axis=1)
     return CoupledState(state.inducing, new_mean, xp.stack(sqrts), xp.stack(precs))
+
+
+def _factored_precision(new_precision, grams, c, tape, h_sum):
+    """Covariance c's new precision ``new_precision(grams[c])``, its inverse Cholesky
+    factor, and the grams used (recomputed when the first ones failed).
+
+    The folded gram L^-1 (K_zx diag(h) K_xz) L^-T loses definiteness when cond(K_zz) times
+    |h| is huge (a tiny noise): a failed factorisation of a folded tape's precision is
+    redone from grams of A itself; any other failure propagates (the step backs off)."""
+    prec = new_precision(grams[c])
+    try:
+        return prec, inverse_cholesky_factor(prec), grams
+    except CholeskyError:
+        if not isinstance(tape, FoldedTape):
+            raise
+    grams = tape.whitened_grams_of_features(h_sum)
+    prec = new_precision(grams[c])
+    return prec, inverse_cholesky_factor(prec), grams
 
 
 @dataclass
@@ -585,23 +500,14 @@ class CoupledPredictor:
         """Latent mean (n, P) and variance (n, C), or covariance (C, n, n) with full_cov."""
         kzx = kernel(self.inducing_points, X)
         mean = mm(kzx, self.mean_weights, trans_a=True)
-        n_cov = self.middle.shape[0]
         xp = be.namespace(kzx)
-        if not be.is_numpy(xp):
-            middle = blocks(self.middle)
-            if full_cov:
-                prior = kernel(X)
-                return mean, xp.stack([prior + mm(kzx, mm(w, kzx), trans_a=True) for w in middle])
-            kdiag = kernel.diag(X)
-            var = xp.stack([xp_column_products(xp, kdiag, kzx, mm(w, kzx)) for w in middle], axis=1)
-            return mean, xp.clip(var, min=0.0)
+        middle = blocks(self.middle)
         if full_cov:
             prior = kernel(X)
-            cov = np.stack([prior + mm(kzx, mm(self.middle[c], kzx), trans_a=True) for c in range(n_cov)])
-            return mean, cov
+            return mean, xp.stack([prior + mm(kzx, mm(w, kzx), trans_a=True) for w in middle])
         kdiag = kernel.diag(X)
-        var = np.column_stack([kdiag + np.einsum("ij,ij->j", kzx, mm(self.middle[c], kzx)) for c in range(n_cov)])
-        return mean, np.maximum(var, 0.0)
+        var = xp.stack([column_products(kdiag, kzx, mm(w, kzx)) for w in middle], axis=1)
+        return mean, xp.clip(var, 0.0, None)
 
 
 def make_predictor(kernel, state, jitter):

@@ -136,13 +136,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._fused import xp_column_products
 from .contract import Basis
 from .coupled import CoupledPredictor, covariance_of_output
 from .state import VariationalState
-from .toolkit import blocks, copy_array, same_values, summed_var_adjoint
+from .toolkit import blocks, summed_var_adjoint
 from .. import backend as be
-from ..linalg import CholeskyError, gram, mm, tri_mm
+from ..linalg import CholeskyError, column_products, copy_array, gram, mm, same_values, tri_mm
 from ..linalg import add_to_diagonal, diagonal, eye, trace
 
 #: Fields of the state that Adam moves when the inducing inputs are learned.
@@ -687,7 +686,7 @@ def marginals(kernel, X, state, jitter, need_grad=True):
         var = np.column_stack([kdiag + np.einsum("ij,ij->j", kzx, wk) for wk in w_kzx])
         np.maximum(var, 0.0, out=var)
     else:
-        var = xp.clip(xp.stack([xp_column_products(xp, kdiag, kzx, wk) for wk in w_kzx], axis=1), min=0.0)
+        var = xp.clip(xp.stack([column_products(kdiag, kzx, wk) for wk in w_kzx], axis=1), min=0.0)
     if not need_grad:
         return mean, var, None
     tape = _Tape()

@@ -58,10 +58,10 @@ import numpy as np
 from . import coupled
 from .contract import Basis
 from .state import VariationalState, cache_field
-from .toolkit import copy_array, own_points, summed_var_adjoint
+from .toolkit import summed_var_adjoint
 from .. import backend as be
 from ..kernels import CompiledKernel
-from ..linalg import mm, solve_triangular
+from ..linalg import copy_array, mm, solve_triangular
 
 #: Fields moved by Adam when the inducing inputs are learned: both sets.
 INDUCING_FIELDS = ("inducing", "orthogonal")
@@ -208,7 +208,7 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0, *, kl_columns="
     -------
     OrthState
     """
-    xp, points = own_points(points)
+    xp, points = be.owned_float_copy(points)
     numpy = be.is_numpy(xp)
     n_orthogonal = int(n_orthogonal)
     if n_orthogonal < 0 or points.shape[0] - n_orthogonal < 1:

@@ -35,7 +35,7 @@ The state's arrays and X may also be arrays of another library (CuPy, PyTorch,
 array_api_strict; see :mod:`skgp_sparse.backend`): as in the coupled basis, each entry
 point branches once on the namespace, numpy keeping its BLAS/numba path unchanged, and
 the other namespaces take the same formulas in Array API operations (new arrays instead
-of in-place writes, the ``xp_*`` fallbacks of :mod:`._fused`), answering in the inputs'
+of in-place writes, the Array API side of :mod:`skgp_sparse.linalg`'s fused passes), answering in the inputs'
 namespace and device. tests/test_backend_solve.py checks them against numpy.
 """
 
@@ -46,13 +46,14 @@ import numpy as np
 from . import coupled
 from .contract import Basis
 from .state import VariationalState, cache_field
-from .toolkit import blocks, own_points, summed_var_adjoint
-from ._fused import add_column_products, add_column_squares, prior_minus_squares, xp_column_products
+from .toolkit import blocks, summed_var_adjoint
 from .. import backend as be
 from ..linalg import (
+    column_products,
     gram,
     jittered_cholesky,
     jittered_cholesky_backward,
+    minus_column_squares,
     mm,
     solve_triangular,
     sym_mm,
@@ -194,7 +195,7 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0):
     n_orthogonal : int
         M2, the size of the orthogonal set O.
     """
-    xp, points = own_points(points)
+    xp, points = be.owned_float_copy(points)
     numpy = be.is_numpy(xp)
     if n_orthogonal < 0:
         raise ValueError(f"n_orthogonal must be >= 0; got {n_orthogonal}")
@@ -354,10 +355,9 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
         lt_b = [tri_mm(low, b, trans=True) for low in state.q_sqrt]
         lt_d = [tri_mm(low, d, trans=True) for low in state.q_sqrt_orthogonal]
         # k_xx - |B|^2 - |D|^2 is the variance left given u and v (>= 0 in exact arithmetic).
-        prior = prior_minus_squares(prior_minus_squares(kdiag, b), d)
+        prior = minus_column_squares(minus_column_squares(kdiag, b), d)
         for c in range(n_cov):
-            add_column_squares(prior, lt_b[c], var[c])
-            add_column_squares(var[c], lt_d[c], var[c])
+            var[c] = column_products(column_products(prior, lt_b[c], lt_b[c]), lt_d[c], lt_d[c])
         tape.u = coupled.WhitenedTape.of_features(b, lt_b, mean_u)
         tape.v = coupled.WhitenedTape.of_features(d, lt_d, mean_v)
     else:
@@ -368,8 +368,7 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
         tape.u = _folded_block(low_u, inv_u, used_u, kux, state.q_mean, state.q_sqrt)
         tape.v = _folded_block(low_v, inv_v, used_v, cvx, state.q_mean_orthogonal, state.q_sqrt_orthogonal)
         for c in range(n_cov):
-            add_column_products(kdiag, kux, tape.u.middle_kzx[c], var[c])
-            add_column_products(var[c], cvx, tape.v.middle_kzx[c], var[c])
+            var[c] = column_products(column_products(kdiag, kux, tape.u.middle_kzx[c]), cvx, tape.v.middle_kzx[c])
     var = var.T
     # Differences of large terms far from the data: a tiny negative is rounding.
     np.maximum(var, 0.0, out=var)
@@ -419,7 +418,7 @@ def _xp_marginals(xp, X, state, need_grad, inv_u, inv_v, low_u, used_u, a_uv, lo
         lt_b = [tri_mm(low, b, trans=True) for low in blocks(state.q_sqrt)]
         lt_d = [tri_mm(low, d, trans=True) for low in blocks(state.q_sqrt_orthogonal)]
         prior = (kdiag - xp.sum(b * b, axis=0)) - xp.sum(d * d, axis=0)
-        var = xp.stack([xp_column_products(xp, xp_column_products(xp, prior, lb, lb), ld, ld)
+        var = xp.stack([column_products(column_products(prior, lb, lb), ld, ld)
                         for lb, ld in zip(lt_b, lt_d)], axis=1)
         tape.u = coupled.WhitenedTape.of_features(b, lt_b, mean_u)
         tape.v = coupled.WhitenedTape.of_features(d, lt_d, mean_v)
@@ -428,7 +427,7 @@ def _xp_marginals(xp, X, state, need_grad, inv_u, inv_v, low_u, used_u, a_uv, lo
         cvx = kvx - mm(tape.r, kux, trans_a=True)
         tape.u = _folded_block(low_u, inv_u, used_u, kux, state.q_mean, state.q_sqrt)
         tape.v = _folded_block(low_v, inv_v, used_v, cvx, state.q_mean_orthogonal, state.q_sqrt_orthogonal)
-        var = xp.stack([xp_column_products(xp, xp_column_products(xp, kdiag, kux, wu), cvx, wv)
+        var = xp.stack([column_products(column_products(kdiag, kux, wu), cvx, wv)
                         for wu, wv in zip(tape.u.middle_kzx, tape.v.middle_kzx)], axis=1)
     var = xp.clip(var, min=0.0)
     mean = tape.u.mean + tape.v.mean

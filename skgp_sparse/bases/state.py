@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 
 from .. import backend as be
-from .toolkit import copy_array
+from ..linalg import copy_array
 
 #: The key of a field's metadata that marks it as a cache ("kept" or "transient").
 _CACHE = "skgp_sparse.cache"

@@ -1,41 +1,13 @@
-"""Array helpers shared by the bases, for numpy and any Array API library.
+"""Pieces several bases need, written once over the arrays' namespace.
 
 Every basis holds its q(u) factors as stacks (C, M, M) and receives the likelihood's
-adjoints per row and output; these helpers are the pieces several bases need on those
-arrays. They keep numpy on numpy's own calls (in place where it saves a temporary) and
-use only the Array API standard elsewhere, so a result stays in its library and on its
-device.
+adjoints per row and output; these helpers work on those arrays with the primitives of
+:mod:`skgp_sparse.linalg` and the Array API standard, so a result stays in its library and
+on its device.
 """
-
-import numpy as np
 
 from .. import backend as be
 from ..linalg import gram, jittered_cholesky, mm
-
-
-def copy_array(a):
-    """An independent copy of ``a``, in its library and on its device."""
-    if isinstance(a, np.ndarray):
-        return a.copy()
-    return be.namespace(a).asarray(a, copy=True)
-
-
-def own_points(points):
-    """The namespace of ``points`` and a copy the state can own: numpy float64 for numpy
-    (or array-like) input; otherwise an array of the points' library, on their device, in
-    their floating dtype (float32 stays float32)."""
-    xp = be.input_namespace(points)
-    if be.is_numpy(xp):
-        return xp, np.array(points, dtype=np.float64)
-    return xp, xp.asarray(xp.astype(points, be.working_float(xp, points)), copy=True)
-
-
-def same_values(a, b):
-    """Whether two arrays of one library hold the same values (``np.array_equal`` for
-    numpy; one bool read back from another library): the cache keys of the bases."""
-    if isinstance(a, np.ndarray):
-        return np.array_equal(a, b)
-    return a.shape == b.shape and bool(be.namespace(a, b).all(a == b))
 
 
 def blocks(stack):
@@ -49,8 +21,6 @@ def summed_var_adjoint(d_var, n_covariances):
     outputs' adjoints summed, shape (B, 1); with one factor per output, ``d_var``."""
     if n_covariances != 1:
         return d_var
-    if isinstance(d_var, np.ndarray):
-        return d_var.sum(axis=1, keepdims=True)
     return be.namespace(d_var).sum(d_var, axis=1, keepdims=True)
 
 
@@ -58,14 +28,6 @@ def signed_gram(a, h):
     """A diag(h) A^T for A of shape (M, B): one SYRK when h has one sign (always, for
     a log-concave likelihood), a scaled gram when h is constant (Gaussian noise), a
     GEMM otherwise."""
-    if isinstance(h, np.ndarray):
-        if h[0] == h.min() == h.max():
-            return h[0] * gram(a)
-        if np.all(h <= 0):
-            return -gram(a * np.sqrt(-h))
-        if np.all(h >= 0):
-            return gram(a * np.sqrt(h))
-        return mm(a * h, a, trans_b=True)
     xp = be.namespace(a, h)
     if bool(xp.min(h) == xp.max(h)):
         return h[0] * gram(a)

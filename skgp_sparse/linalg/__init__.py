@@ -24,7 +24,7 @@ the same library.
 import numpy as np
 
 from .. import backend as be
-from . import _array_api, _numpy
+from . import _array_api, _fused, _numpy
 from ._jitter import (
     DEFAULT_JITTER,
     FLOAT32_MIN_JITTER,
@@ -59,6 +59,15 @@ __all__ = [
     "diagonal",
     "trace",
     "add_to_diagonal",
+    "outer_plus_scaled_difference",
+    "add_scaled_difference",
+    "outer_plus_scaled",
+    "add_scaled",
+    "column_products",
+    "minus_column_squares",
+    "column_variances",
+    "copy_array",
+    "same_values",
 ]
 
 #: Stack level of a :class:`JitterWarning` counted from the warning's own frame: the
@@ -433,3 +442,99 @@ def add_to_diagonal(a, value, xp=None):
     if _on_numpy(a, xp):
         return _numpy.add_to_diagonal(a, value)
     return _array_api.add_to_diagonal(a, value)
+
+
+# --------------------------------------------------------------------------------------
+# fused passes over (M, B) arrays: one numba loop each for numpy (:mod:`._fused`), the
+# same expression in standard operations for every other library. The first argument
+# of the four accumulating passes may be overwritten (numpy writes into it to save an
+# M x B temporary): pass an array the caller no longer needs, and use the return value.
+# --------------------------------------------------------------------------------------
+def outer_plus_scaled_difference(s_a, a, q_mean, d_mean, h):
+    """``q_mean @ d_mean.T + 2 * (s_a - a) * h``: dF/dA of the coupled marginals.
+
+    Parameters
+    ----------
+    s_a, a : arrays of shape (M, B)
+        ``s_a`` is overwritten for numpy.
+    q_mean : array of shape (M, P)
+    d_mean : array of shape (B, P)
+    h : array of shape (B,)
+    """
+    if _on_numpy(s_a):
+        return _fused.a_adjoint_inplace(s_a, a, q_mean, d_mean, h)
+    return _array_api.outer_plus_scaled_difference(s_a, a, q_mean, d_mean, h)
+
+
+def add_scaled_difference(out, s_a, a, h):
+    """``out + 2 * (s_a - a) * h`` for ``out``, ``s_a``, ``a`` of shape (M, B) and ``h`` of
+    shape (B,); ``out`` is overwritten for numpy."""
+    if _on_numpy(out):
+        return _fused.add_scaled_difference_inplace(out, s_a, a, h)
+    return _array_api.add_scaled_difference(out, s_a, a, h)
+
+
+def outer_plus_scaled(w, alpha, d_mean, h):
+    """``alpha @ d_mean.T + 2 * w * h``: dF/dK_zx of the folded coupled marginals.
+
+    Parameters
+    ----------
+    w : array of shape (M, B)
+        Overwritten for numpy.
+    alpha : array of shape (M, P)
+    d_mean : array of shape (B, P)
+    h : array of shape (B,)
+    """
+    if _on_numpy(w):
+        return _fused.folded_adjoint_inplace(w, alpha, d_mean, h)
+    return _array_api.outer_plus_scaled(w, alpha, d_mean, h)
+
+
+def add_scaled(out, w, h):
+    """``out + 2 * w * h`` for ``out``, ``w`` of shape (M, B) and ``h`` of shape (B,);
+    ``out`` is overwritten for numpy."""
+    if _on_numpy(out):
+        return _fused.add_scaled_inplace(out, w, h)
+    return _array_api.add_scaled(out, w, h)
+
+
+def column_products(base, a, b):
+    """``base + colsum(a * b)`` as a new array, for ``a``, ``b`` of shape (M, B) and
+    ``base`` of shape (B,): the variance terms of the bases' marginals."""
+    if _on_numpy(a):
+        return _fused.add_column_products(base, a, b, np.empty_like(base))
+    return _array_api.column_products(base, a, b)
+
+
+def minus_column_squares(base, a):
+    """``base - colsum(a * a)`` as a new array, for ``a`` of shape (M, B) and ``base`` of
+    shape (B,)."""
+    if _on_numpy(a):
+        return _fused.prior_minus_squares(base, a)
+    return _array_api.minus_column_squares(base, a)
+
+
+def column_variances(kdiag, a, lt_a_list):
+    """``kdiag - colsum(a * a) + colsum(lt_a * lt_a)`` for each ``lt_a`` of the list,
+    stacked as the columns of a (B, C) array: the coupled marginals' variances."""
+    if _on_numpy(a):
+        return _fused.column_variances(kdiag, a, lt_a_list)
+    return _array_api.column_variances(kdiag, a, lt_a_list)
+
+
+# --------------------------------------------------------------------------------------
+# copies and comparisons (the bases' states and cache keys)
+# --------------------------------------------------------------------------------------
+def copy_array(a):
+    """An independent copy of ``a``, in its library and on its device."""
+    if _on_numpy(a):
+        return _numpy.copy_array(a)
+    return _array_api.copy_array(a)
+
+
+def same_values(a, b):
+    """Whether two arrays of one library hold the same values (for numpy
+    ``np.array_equal``; otherwise one bool read back from the device)."""
+    if _on_numpy(a):
+        return _numpy.same_values(a, b)
+    return _array_api.same_values(a, b)

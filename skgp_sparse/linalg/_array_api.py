@@ -322,3 +322,52 @@ def jittered_cholesky_backward(low, lt_low_bar, jitter, inv_low):
     xp = be.namespace(low)
     k_bar = cholesky_backward(low, None, lt_low_bar, inv_low)
     return add_to_diagonal(k_bar, jitter * trace(k_bar, xp) / k_bar.shape[0])
+
+
+# --------------------------------------------------------------------------------------
+# the fused passes and array helpers of the bases (numpy: :mod:`._fused`, :mod:`._numpy`)
+# --------------------------------------------------------------------------------------
+def outer_plus_scaled_difference(s_a, a, q_mean, d_mean, h):
+    """``q_mean @ d_mean.T + 2 * (s_a - a) * h``, a new array."""
+    return 2.0 * (s_a - a) * h + q_mean @ d_mean.T
+
+
+def add_scaled_difference(out, s_a, a, h):
+    """``out + 2 * (s_a - a) * h``, a new array."""
+    return out + 2.0 * (s_a - a) * h
+
+
+def outer_plus_scaled(w, alpha, d_mean, h):
+    """``alpha @ d_mean.T + 2 * w * h``, a new array."""
+    return 2.0 * w * h + alpha @ d_mean.T
+
+
+def add_scaled(out, w, h):
+    """``out + 2 * w * h``, a new array."""
+    return out + 2.0 * w * h
+
+
+def column_products(base, a, b):
+    """``base + colsum(a * b)``."""
+    return base + be.namespace(a, b).sum(a * b, axis=0)
+
+
+def minus_column_squares(base, a):
+    """``base - colsum(a * a)``."""
+    return base - be.namespace(a).sum(a * a, axis=0)
+
+
+def column_variances(kdiag, a, lt_a_list):
+    """``kdiag - colsum(a * a) + colsum(lt_a * lt_a)`` for each ``lt_a``, shape (B, C)."""
+    prior = minus_column_squares(kdiag, a)
+    return be.namespace(a).stack([column_products(prior, lta, lta) for lta in lt_a_list], axis=1)
+
+
+def copy_array(a):
+    """An independent copy of ``a``, on its device."""
+    return be.namespace(a).asarray(a, copy=True)
+
+
+def same_values(a, b):
+    """Whether two arrays hold the same values (one bool read back from the device)."""
+    return a.shape == b.shape and bool(be.namespace(a, b).all(a == b))

@@ -276,3 +276,16 @@ def add_to_diagonal(a, value):
     out = a.copy()
     out.flat[:: out.shape[0] + 1] += value
     return out
+
+
+# --------------------------------------------------------------------------------------
+# array helpers of the bases
+# --------------------------------------------------------------------------------------
+def copy_array(a):
+    """An independent copy of ``a``."""
+    return a.copy()
+
+
+def same_values(a, b):
+    """Whether two arrays hold the same values (``np.array_equal``)."""
+    return np.array_equal(a, b)

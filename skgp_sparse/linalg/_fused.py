@@ -1,9 +1,11 @@
-"""Elementwise passes over (M x B) arrays fused into one loop each (numba).
+"""The numpy back end of the fused passes: elementwise passes over (M x B) arrays, one
+numba loop each.
 
 A step of the coupled basis touches several M x B arrays; done with numpy expressions
 each term costs a temporary and a pass over memory, which at M=256, B=1024 adds up to
-about a millisecond per step. Each function states its numpy equivalent, which is what an
-array-module (CuPy) port evaluates instead.
+about a millisecond per step. Each function states its numpy equivalent, which is what the
+Array API back end (:mod:`._array_api`) evaluates for every other library. The bases call
+them through the front door (:mod:`skgp_sparse.linalg`).
 """
 
 import numba
@@ -93,41 +95,10 @@ def add_column_squares(base, a, out_col):
     return add_column_products(base, a, a, out_col)
 
 
-def column_variances(kdiag, a, lt_a_list, n_rows):
+def column_variances(kdiag, a, lt_a_list):
     """var_c = kdiag - colsum(A^2) + colsum((L_c^T A)^2) for each covariance, (B, C)."""
     prior = prior_minus_squares(kdiag, a)
-    var = np.empty((len(lt_a_list), n_rows), dtype=a.dtype)
+    var = np.empty((len(lt_a_list), a.shape[1]), dtype=a.dtype)
     for c, lta in enumerate(lt_a_list):
         add_column_squares(prior, lta, var[c])
     return var.T
-
-
-# --------------------------------------------------------------------------------------
-# The same passes for arrays of other libraries (CuPy, PyTorch, array_api_strict): the
-# numpy equivalents stated above, as new arrays (no in-place writes), in standard
-# operations. Numpy arrays never come here; they keep the numba loops.
-# --------------------------------------------------------------------------------------
-def xp_a_adjoint(s_a, a, q_mean, d_mean, h):
-    """``q_mean @ d_mean.T + 2 * (s_a - a) * h`` (see :func:`a_adjoint_inplace`)."""
-    return 2.0 * (s_a - a) * h + q_mean @ d_mean.T
-
-
-def xp_scaled_difference(s_a, a, h):
-    """``2 * (s_a - a) * h`` (see :func:`add_scaled_difference_inplace`)."""
-    return 2.0 * (s_a - a) * h
-
-
-def xp_folded_adjoint(w_k, alpha, d_mean, h):
-    """``alpha @ d_mean.T + 2 * w_k * h`` (see :func:`folded_adjoint_inplace`)."""
-    return 2.0 * w_k * h + alpha @ d_mean.T
-
-
-def xp_column_products(xp, base, a, b):
-    """``base + colsum(a * b)`` (see :func:`add_column_products`)."""
-    return base + xp.sum(a * b, axis=0)
-
-
-def xp_column_variances(xp, kdiag, a, lt_a_list):
-    """:func:`column_variances` for arrays of namespace ``xp``, (B, C)."""
-    prior = kdiag - xp.sum(a * a, axis=0)
-    return xp.stack([xp_column_products(xp, prior, lta, lta) for lta in lt_a_list], axis=1)
