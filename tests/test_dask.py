@@ -164,13 +164,19 @@ def test_fit_and_predict_on_a_local_cluster(client):
     assert reg.score(X, y) > 0.95
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_grid_search_under_the_dask_joblib_backend_matches_sequential(client):
+    """Every candidate changes the model (a grid over the learning rate did not: 300 rows
+    are one batch, the rates tied to the last bits, and rounding that differs between CPUs
+    chose the "best")."""
     X, y, _ = data(300)
-    grid = {"n_inducing": [3, 10], "learning_rate": [0.02, 0.05]}
+    grid = {"n_inducing": [3, 5, 10], "normalize_y": [True, False]}
     est = SparseGPRegressor(random_state=0, max_iter=5)
     sequential = GridSearchCV(est, grid, cv=2).fit(X, y)
     with joblib.parallel_backend("dask"):
         on_cluster = GridSearchCV(est, grid, cv=2, n_jobs=-1).fit(X, y)
-    np.testing.assert_allclose(on_cluster.cv_results_["mean_test_score"],
-                               sequential.cv_results_["mean_test_score"], rtol=1e-9, atol=1e-10)
+    scores = sequential.cv_results_["mean_test_score"]
+    np.testing.assert_allclose(on_cluster.cv_results_["mean_test_score"], scores, rtol=1e-9, atol=1e-10)
+    best, runner_up = np.sort(scores)[::-1][:2]
+    assert best - runner_up > 1e-6, "the best candidate must win by more than rounding"
     assert on_cluster.best_params_ == sequential.best_params_
