@@ -121,14 +121,15 @@ so they pickle with a fitted model): ``preconditioned_mean``, ``t_max_iter``, ``
 Array libraries
 ---------------
 The state's arrays and X may also be arrays of another library (CuPy, PyTorch,
-array_api_strict; see :mod:`skgp_sparse.backend`): as in the coupled basis, each entry
-point branches once on the namespace, numpy keeping its BLAS path unchanged, and the other
-namespaces take the same formulas in Array API operations (new arrays instead of in-place
-writes), answering in the inputs' namespace and device, still with products only. The
-step-size caps stay on the device (0-d arrays); the host reads one float per factor step
-of the inner loop (its stopping test, as numpy does), and a few booleans where the numpy
-path decides the same thing (the sign of the variance adjoints, the finiteness of a
-natural step). tests/test_backend_inverse_free.py checks them against numpy.
+array_api_strict; see :mod:`skgp_sparse.backend`): as in the coupled basis, every function
+is written once over the arrays' namespace, and the primitives of :mod:`skgp_sparse.linalg`
+keep numpy on its BLAS calls and numba passes (in place where that saves an M x B
+temporary) while the other namespaces take the same formulas in Array API operations,
+answering in the inputs' namespace and device, still with products only. The step-size
+caps stay on the device (0-d arrays, numpy scalars for numpy); the host reads one float
+per factor step of the inner loop (its stopping test) and a few booleans (the sign of the
+variance adjoints, the finiteness of a natural step). tests/test_backend_inverse_free.py
+checks them against numpy.
 """
 
 import math
@@ -137,12 +138,25 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .contract import Basis
-from .coupled import CoupledPredictor, covariance_of_output
+from .coupled import CoupledPredictor
 from .state import VariationalState
 from .toolkit import blocks, summed_var_adjoint
 from .. import backend as be
-from ..linalg import CholeskyError, column_products, copy_array, gram, mm, same_values, tri_mm
-from ..linalg import add_to_diagonal, diagonal, eye, trace
+from ..linalg import (
+    CholeskyError,
+    add_scaled,
+    add_to_diagonal,
+    column_products,
+    copy_array,
+    diagonal,
+    eye,
+    gram,
+    mm,
+    same_values,
+    trace,
+    tri_mm,
+    tril_halved_diagonal,
+)
 
 #: Fields of the state that Adam moves when the inducing inputs are learned.
 INDUCING_FIELDS = ("inducing",)
@@ -274,15 +288,10 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0, **options):
     ):
         raise ValueError(f"invalid inverse_free settings: {settings}")
     m = points.shape[0]
-    xp = be.input_namespace(points)
-    if not be.is_numpy(xp):
-        dtype = be.working_float(xp, points)
-        Z = xp.asarray(xp.astype(points, dtype), copy=True)
-        q_mean = xp.zeros((m, n_outputs), dtype=dtype, device=be.device_of(Z))
-        return InverseFreeState(Z, q_mean, n_covariances=n_covariances, settings=settings)
-    return InverseFreeState(
-        np.array(points, dtype=np.float64), np.zeros((m, n_outputs)), n_covariances=n_covariances, settings=settings
-    )
+    # The inputs' library, on their device, in their floating dtype (numpy: float64).
+    xp, Z = be.owned_float_copy(points)
+    q_mean = xp.zeros((m, n_outputs), dtype=Z.dtype, device=be.device_of(Z))
+    return InverseFreeState(Z, q_mean, n_covariances=n_covariances, settings=settings)
 
 
 def adam_field_scales(state, step):
@@ -318,21 +327,13 @@ def adam_field_scales(state, step):
 def residual(low, target):
     """E = L^T A L - I (symmetric), by two triangular products."""
     xp = be.namespace(low, target)
-    if not be.is_numpy(xp):
-        left = tri_mm(low, target, trans=True)
-        e = tri_mm(low, xp.matrix_transpose(left), trans=True)
-        return add_to_diagonal(0.5 * (e + xp.matrix_transpose(e)), -1.0, xp)
     left = tri_mm(low, target, trans=True)  # L^T A
-    e = tri_mm(low, np.ascontiguousarray(left.T), trans=True)  # L^T (A L)
-    e = 0.5 * (e + e.T)
-    e.flat[:: e.shape[0] + 1] -= 1.0
-    return e
+    e = tri_mm(low, xp.matrix_transpose(left), trans=True)  # L^T (A L)
+    return add_to_diagonal(0.5 * (e + xp.matrix_transpose(e)), -1.0, xp)
 
 
 def _frobenius(a):
-    """||a||_F as a Python float (one read from the device for another library)."""
-    if isinstance(a, np.ndarray):
-        return float(np.sqrt(np.sum(a * a)))
+    """||a||_F as a Python float (one read from a device)."""
     xp = be.namespace(a)
     return float(xp.sqrt(xp.sum(a * a)))
 
@@ -346,47 +347,28 @@ def eigenvalue_bound(e):
 
     Returns
     -------
-    float, or a 0-d array of ``e``'s namespace for another library (left on the device:
-    the callers only cap step sizes with it).
+    0-d array of ``e``'s namespace (a numpy scalar for numpy), left on the device: the
+    callers only cap step sizes with it.
     """
     xp = be.namespace(e)
-    if not be.is_numpy(xp):
-        diag = diagonal(e, xp)
-        off = xp.sum(xp.abs(e), axis=1) - xp.abs(diag)
-        return xp.minimum(xp.max(diag + off), xp.sqrt(xp.sum(e * e)))
-    off = np.abs(e).sum(axis=1) - np.abs(np.diag(e))
-    return min(float(np.max(np.diag(e) + off)), _frobenius(e))
+    diag = diagonal(e, xp)
+    off = xp.sum(xp.abs(e), axis=1) - xp.abs(diag)
+    return xp.minimum(xp.max(diag + off), xp.sqrt(xp.sum(e * e)))
 
 
 def factor_step(low, e, eta):
     """L (I - eta' Phi(E)) with eta' = min(eta, 1 / eigenvalue_bound(E)); returns (L_new, eta').
 
-    For another library eta' is a 0-d array on ``e``'s device (no read to the host).
+    eta' is a 0-d array on ``e``'s device (the cap is decided there, no read to the host).
     """
     xp = be.namespace(low, e)
-    if not be.is_numpy(xp):
-        return _xp_factor_step(xp, low, e, eta)
-    bound = eigenvalue_bound(e)
-    if bound * eta > 1.0:
-        eta = 1.0 / bound
-    phi = np.tril(e)
-    phi[np.diag_indices_from(phi)] *= 0.5
-    new = low - eta * tri_mm(low, np.ascontiguousarray(phi))
-    return np.ascontiguousarray(np.tril(new)), eta
-
-
-def _xp_factor_step(xp, low, e, eta):
-    """:func:`factor_step` in Array API operations, the cap decided on the device."""
     bound = eigenvalue_bound(e)
     eta = xp.asarray(eta, dtype=e.dtype, device=be.device_of(e))
     over = bound * eta > 1.0
     # 1 / bound where the cap applies (bound > 0 there); the inner where keeps a zero or
     # negative bound out of the division where it does not.
     eta = xp.where(over, 1.0 / xp.where(over, bound, xp.ones_like(bound)), eta)
-    # Phi(E): the strict lower triangle plus half the diagonal (triangles, not a product
-    # with I, so that a non-finite entry stays where it is).
-    phi = xp.tril(e, k=-1) + 0.5 * xp.triu(xp.tril(e))
-    return xp.tril(low - eta * tri_mm(low, phi)), eta
+    return xp.tril(low - eta * tri_mm(low, tril_halved_diagonal(e))), eta
 
 
 def refine_inverse_factor(low, target, max_iter, tol):
@@ -430,7 +412,7 @@ def _refine(low, target, max_iter, tol):
         n_steps += 1
         new_e = residual(new_low, target)
         new_norm = _frobenius(new_e)
-        if not np.isfinite(new_norm):
+        if not math.isfinite(new_norm):
             raise CholeskyError("the factor step of T produced non-finite values")
         if at_rounding_floor and new_norm >= norm:
             break
@@ -442,26 +424,17 @@ def initial_factors(kzz, n_cov, sigma_init=SIGMA_INIT):
     """Sigma = sigma_init mean(diag K) I and T ~ (K + Sigma)^-1 by factor steps."""
     m = kzz.shape[0]
     xp = be.namespace(kzz)
-    if not be.is_numpy(xp):
-        # The same formulas with the scale and the bound left on the device.
-        scale = sigma_init * xp.clip(xp.mean(diagonal(kzz, xp)), min=1e-12)
-        identity = eye(m, kzz)
-        p = kzz + scale * identity
-        bound = xp.max(xp.sum(xp.abs(p), axis=1))
-        # In float32 the residual cannot fall to T_INIT_TOL: stop at a few units of its
-        # rounding instead of running all T_INIT_MAX_ITER steps (float64: T_INIT_TOL).
-        tol = max(T_INIT_TOL, 64.0 * float(xp.finfo(p.dtype).eps))
-        t_sqrt, _, _ = refine_inverse_factor(identity / xp.sqrt(bound), p, T_INIT_MAX_ITER, tol)
-        return xp.stack([xp.sqrt(scale) * identity] * n_cov), xp.stack([t_sqrt] * n_cov)
-    scale = sigma_init * max(float(np.mean(np.diag(kzz))), 1e-12)
-    identity = np.eye(m, dtype=kzz.dtype)
-    sigma_sqrt = math.sqrt(scale) * identity
+    # The scale and the bound stay on the device (0-d arrays).
+    scale = sigma_init * xp.clip(xp.mean(diagonal(kzz, xp)), 1e-12, None)
+    identity = eye(m, kzz)
     p = kzz + scale * identity
     # I / lambda_max(P) has L^T P L - I in (-1, 0]: the factor steps grow T monotonically.
-    bound = float(np.max(np.abs(p).sum(axis=1)))
-    tol = max(T_INIT_TOL, 64.0 * float(np.finfo(p.dtype).eps))
-    t_sqrt, _, _ = refine_inverse_factor(identity / math.sqrt(bound), p, T_INIT_MAX_ITER, tol)
-    return (np.broadcast_to(sigma_sqrt, (n_cov, m, m)).copy(), np.broadcast_to(t_sqrt, (n_cov, m, m)).copy())
+    bound = xp.max(xp.sum(xp.abs(p), axis=1))
+    # In float32 the residual cannot fall to T_INIT_TOL: stop at a few units of its
+    # rounding instead of running all T_INIT_MAX_ITER steps (float64: T_INIT_TOL).
+    tol = max(T_INIT_TOL, 64.0 * float(xp.finfo(p.dtype).eps))
+    t_sqrt, _, _ = refine_inverse_factor(identity / xp.sqrt(bound), p, T_INIT_MAX_ITER, tol)
+    return xp.stack([xp.sqrt(scale) * identity] * n_cov), xp.stack([t_sqrt] * n_cov)
 
 
 def ensure_initialised(kernel, state, kzz=None):
@@ -504,8 +477,6 @@ class _Tape:
 
 def _lower_factors(state):
     # Only the lower triangles are parameters (finite differences also move the upper).
-    if isinstance(state.t_sqrt, np.ndarray):
-        return np.tril(state.sigma_sqrt), np.tril(state.t_sqrt)
     xp = be.namespace(state.sigma_sqrt, state.t_sqrt)
     return xp.tril(state.sigma_sqrt), xp.tril(state.t_sqrt)
 
@@ -516,7 +487,7 @@ def _sym(a):
 
 def _columns(state, c):
     """The outputs (columns of ``q_mean``) of covariance c, as a slice: all of them with
-    one shared covariance, else output c (:func:`covariance_of_output`)."""
+    one shared covariance, else output c (:func:`.coupled.covariance_of_output`)."""
     return slice(None) if state.sigma_sqrt.shape[0] == 1 else slice(c, c + 1)
 
 
@@ -539,32 +510,11 @@ def middle_matrices(kzz, state):
 def _middle(kzz, state, known=None):
     """P_c, E_c and W_c per covariance; ``known``: (P_c, E_c) already computed for these factors."""
     xp = be.namespace(kzz, state.t_sqrt)
-    if not be.is_numpy(xp):
-        return _xp_middle(xp, kzz, state, known)
-    ps, es, ws = [], [], []
-    for c, (low_s, low_t) in enumerate(zip(*_lower_factors(state))):
-        if known is None:
-            p = kzz + gram(low_s)
-            e = residual(low_t, p)
-        else:
-            p, e = known[c]
-        inner = e.copy()
-        inner.flat[:: inner.shape[0] + 1] -= 1.0
-        w = tri_mm(low_t, np.ascontiguousarray(tri_mm(low_t, inner).T))  # L (E - I) L^T
-        ps.append(p)
-        es.append(e)
-        ws.append(_sym(w))
-    return ps, es, ws
-
-
-def _xp_middle(xp, kzz, state, known):
-    """:func:`_middle` in Array API operations."""
     ps, es, ws = [], [], []
     low_s, low_t = _lower_factors(state)
-    for c in range(low_t.shape[0]):
-        lt = low_t[c, ...]
+    for c, (ls, lt) in enumerate(zip(blocks(low_s), blocks(low_t))):
         if known is None:
-            p = kzz + gram(low_s[c, ...])
+            p = kzz + gram(ls)
             e = residual(lt, p)
         else:
             p, e = known[c]
@@ -573,10 +523,6 @@ def _xp_middle(xp, kzz, state, known):
         es.append(e)
         ws.append(_sym(w))
     return ps, es, ws
-
-
-def _outputs_of(state):
-    return covariance_of_output(state.q_mean.shape[1], state.sigma_sqrt.shape[0])
 
 
 def mean_weights(state, ws):
@@ -589,14 +535,7 @@ def mean_weights(state, ws):
     if not state.settings.preconditioned_mean:
         return state.q_mean
     xp = be.namespace(state.q_mean)
-    if not be.is_numpy(xp):
-        return _by_columns([-mm(w, state.q_mean[:, _columns(state, c)]) for c, w in enumerate(ws)], xp)
-    outputs_of = _outputs_of(state)
-    mu = np.empty_like(state.q_mean)
-    for c, w in enumerate(ws):
-        cols = np.flatnonzero(outputs_of == c)
-        mu[:, cols] = -mm(w, state.q_mean[:, cols])
-    return mu
+    return _by_columns([-mm(w, state.q_mean[:, _columns(state, c)]) for c, w in enumerate(ws)], xp)
 
 
 def refine_t(kzz, state):
@@ -620,24 +559,16 @@ def _refine_state(kzz, state):
     low_s, low_t = _lower_factors(state)
     settings = state.settings
     xp = be.namespace(kzz, low_t)
-    if not be.is_numpy(xp):
-        known, lows, total = [], [], 0
-        for c in range(low_t.shape[0]):
-            p = kzz + gram(low_s[c, ...])
-            low, e, _, n_steps = _refine(low_t[c, ...], p, settings.t_max_iter, settings.t_tol)
-            known.append((p, e))
-            lows.append(low)
-            total += n_steps
-        # A new array rather than writes into the old one: the state's T changes in place
-        # for its holders all the same.
-        state.t_sqrt = xp.stack(lows)
-        return known, total
-    known, total = [], 0
-    for c in range(low_t.shape[0]):
-        p = kzz + gram(low_s[c])
-        state.t_sqrt[c], e, _, n_steps = _refine(low_t[c], p, settings.t_max_iter, settings.t_tol)
+    known, lows, total = [], [], 0
+    for ls, lt in zip(blocks(low_s), blocks(low_t)):
+        p = kzz + gram(ls)
+        low, e, _, n_steps = _refine(lt, p, settings.t_max_iter, settings.t_tol)
         known.append((p, e))
+        lows.append(low)
         total += n_steps
+    # A new array rather than writes into the old one: the state's T changes in place
+    # for its holders all the same.
+    state.t_sqrt = xp.stack(lows)
     return known, total
 
 
@@ -680,18 +611,13 @@ def marginals(kernel, X, state, jitter, need_grad=True):
     mean = mm(kzx, mu, trans_a=True)
     w_kzx = [mm(w, kzx) for w in ws]
     xp = be.namespace(kzx)
-    numpy = be.is_numpy(xp)
     # The variance is that of a valid q(u) (it is >= 0); a tiny negative value is rounding.
-    if numpy:
-        var = np.column_stack([kdiag + np.einsum("ij,ij->j", kzx, wk) for wk in w_kzx])
-        np.maximum(var, 0.0, out=var)
-    else:
-        var = xp.clip(xp.stack([column_products(kdiag, kzx, wk) for wk in w_kzx], axis=1), min=0.0)
+    var = xp.clip(xp.stack([column_products(kdiag, kzx, wk) for wk in w_kzx], axis=1), 0.0, None)
     if not need_grad:
         return mean, var, None
     tape = _Tape()
     tape.kzz, tape.kzx, tape.p, tape.w, tape.w_kzx, tape.e, tape.mu = kzz, kzx, ps, ws, w_kzx, es, mu
-    tape.low_t = np.tril(state.t_sqrt) if numpy else xp.tril(state.t_sqrt)
+    tape.low_t = xp.tril(state.t_sqrt)
     tape._t = tape._tkt = tape._h_key = tape._data = tape._t_data_t = None
     tape.back_zz, tape.back_zx, tape.back_diag = back_zz, back_zx, back_diag
     tape.jitter = jitter
@@ -706,28 +632,21 @@ def _outputs_per_cov(state):
 def _cov_part(kzz, w, e, low_s, low_t):
     """tr(W K) + tr(P T) - M - log|T| - log|Sigma| for one covariance (tr(P T) - M = tr E).
 
-    A float for numpy, a 0-d array of the namespace otherwise (no read to the host).
+    A 0-d array of the namespace (a numpy scalar for numpy; no read from a device).
     """
     xp = be.namespace(kzz, w)
-    if not be.is_numpy(xp):
-        return (
-            xp.sum(w * kzz)
-            + trace(e, xp)
-            - 2.0 * xp.sum(xp.log(diagonal(low_t, xp)))
-            - 2.0 * xp.sum(xp.log(diagonal(low_s, xp)))
-        )
     return (
-        float(np.sum(w * kzz))
-        + float(np.trace(e))
-        - 2.0 * float(np.sum(np.log(np.diag(low_t))))
-        - 2.0 * float(np.sum(np.log(np.diag(low_s))))
+        xp.sum(w * kzz)
+        + trace(e, xp)
+        - 2.0 * xp.sum(xp.log(diagonal(low_t, xp)))
+        - 2.0 * xp.sum(xp.log(diagonal(low_s, xp)))
     )
 
 
 def kl_divergence(kernel, state, jitter, tape=None):
     """The KL bound of eq. 21 summed over outputs (an upper bound on the KL of q(u)).
 
-    A float for numpy states, a 0-d array of the state's namespace otherwise.
+    A 0-d array of the state's namespace (a numpy float64, a float, for numpy states).
     """
     kzz = kernel(state.inducing) if tape is None else tape.kzz
     ensure_initialised(kernel, state, kzz)
@@ -740,26 +659,18 @@ def kl_divergence(kernel, state, jitter, tape=None):
     k = _outputs_per_cov(state)
     low_s, low_t = _lower_factors(state)
     xp = be.namespace(kzz, mu)
-    if not be.is_numpy(xp):
-        parts = [_cov_part(kzz, w, e, ls, lt) for w, e, ls, lt in zip(ws, es, blocks(low_s), blocks(low_t))]
-        cov = sum(parts[1:], parts[0])
-        return 0.5 * (k * cov + xp.sum(mu * mm(kzz, mu)))
-    cov = sum(_cov_part(kzz, w, e, ls, lt) for w, e, ls, lt in zip(ws, es, low_s, low_t))
-    mean_part = float(np.sum(mu * mm(kzz, mu)))
-    return 0.5 * (k * cov + mean_part)
+    parts = [_cov_part(kzz, w, e, ls, lt) for w, e, ls, lt in zip(ws, es, blocks(low_s), blocks(low_t))]
+    cov = sum(parts[1:], parts[0])
+    return 0.5 * (k * cov + xp.sum(mu * mm(kzz, mu)))
 
 
 # --- backward -------------------------------------------------------------------------
 def _weighted_gram(a, h):
     """a diag(h) a^T (symmetric): one SYRK when h <= 0, as for every log-concave
     likelihood (h = 1/2 E[d^2 log p / df^2]), otherwise a GEMM."""
-    if not isinstance(h, np.ndarray):
-        xp = be.namespace(a, h)
-        if bool(xp.all(h <= 0.0)):
-            return -gram(a * xp.sqrt(-h))
-        return _sym(mm(a * h, a, trans_b=True))
-    if np.all(h <= 0.0):
-        return -gram(a * np.sqrt(-h))
+    xp = be.namespace(a, h)
+    if bool(xp.all(h <= 0.0)):
+        return -gram(a * xp.sqrt(-h))
     return _sym(mm(a * h, a, trans_b=True))
 
 
@@ -783,78 +694,20 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
                    G_t = P T A + A T P - 2 A - k/2 (P T K + K T P) + k K - k/2 P
     """
     xp = be.namespace(tape.kzx, d_mean)
-    if not be.is_numpy(xp):
-        return _xp_backward(xp, tape, state, d_mean, d_var, fields)
-    n_cov = state.sigma_sqrt.shape[0]
-    k = _outputs_per_cov(state)
-    h = summed_var_adjoint(d_var, n_cov)
-    kzz, kzx, mu = tape.kzz, tape.kzx, tape.mu
-    preconditioned = state.settings.preconditioned_mean
-    outputs_of = _outputs_of(state)
-    mu_bar = mm(kzx, d_mean) - mm(kzz, mu)
-    kzx_bar = mm(mu, d_mean, trans_b=True)
-    kzz_bar = -0.5 * mm(mu, mu, trans_b=True)
-    bars = {}
-    sig_bars, t_bars = [], []
-    mean_bar = np.empty_like(mu) if preconditioned else mu_bar
-    data, t_data_t = tape.data_grams(h)
-    for c in range(n_cov):
-        kzx_bar += 2.0 * tape.w_kzx[c] * h[:, c]
-        low_s, low_t = np.tril(state.sigma_sqrt[c]), tape.low_t[c]
-        t = tape.t(c)
-        t_wh_t = t_data_t[c]
-        r = None
-        if preconditioned:
-            cols = np.flatnonzero(outputs_of == c)
-            mean_bar[:, cols] = -mm(tape.w[c], mu_bar[:, cols])
-            r = _sym(mm(mu_bar[:, cols], state.q_mean[:, cols], trans_b=True))
-            # T R T = sym((T mu_bar)(T m~)^T): rank 2P, products with P columns only.
-            t_wh_t = t_wh_t - _sym(mm(mm(t, mu_bar[:, cols]), mm(t, state.q_mean[:, cols]), trans_b=True))
-        # T K T + T P T - T = L (2 E + I - L^T Sigma L) L^T, with L^T P L = E + I.
-        st = tri_mm(low_s, low_t, trans=True)  # L_s^T L_t
-        inner = 2.0 * tape.e[c] - gram(st, trans=True)
-        inner.flat[:: inner.shape[0] + 1] += 1.0
-        tkt_tpt_t = _sym(tri_mm(low_t, np.ascontiguousarray(tri_mm(low_t, inner).T)))
-        kzz_bar += t_wh_t - 0.5 * k * tkt_tpt_t
-        if "sigma_sqrt" in fields:
-            g_s = t_wh_t - 0.5 * k * (tape.tkt(c) + t)
-            sig_bars.append(np.tril(2.0 * mm(g_s, low_s)) + k * np.diag(1.0 / np.diag(low_s)))
-        if "t_sqrt" in fields:
-            p = tape.p[c]
-            adj = data[c] if r is None else data[c] - r
-            ptw = mm(p, mm(t, adj))
-            ptk = mm(p, mm(t, kzz))
-            g_t = ptw + ptw.T - 2.0 * adj - 0.5 * k * (ptk + ptk.T) + k * kzz - 0.5 * k * p
-            t_bars.append(np.tril(2.0 * mm(g_t, low_t)) + k * np.diag(1.0 / np.diag(low_t)))
-    kzz_bar = _sym(kzz_bar)
-    theta_zz, z_zz = tape.back_zz(kzz_bar)
-    theta_zx, z_zx = tape.back_zx(kzx_bar)
-    theta_d = tape.back_diag(h.sum(axis=1))
-    bars["inducing"] = z_zz + z_zx
-    if "q_mean" in fields:
-        bars["q_mean"] = mean_bar
-    if "sigma_sqrt" in fields:
-        bars["sigma_sqrt"] = np.stack(sig_bars)
-    if "t_sqrt" in fields:
-        bars["t_sqrt"] = np.stack(t_bars)
-    return theta_zz + theta_zx + theta_d, {name: bars[name] for name in fields}
-
-
-def _xp_backward(xp, tape, state, d_mean, d_var, fields):
-    """:func:`backward` in Array API operations (new arrays instead of in-place sums)."""
     n_cov = state.sigma_sqrt.shape[0]
     k = _outputs_per_cov(state)
     h = summed_var_adjoint(d_var, n_cov)
     kzz, kzx, mu = tape.kzz, tape.kzx, tape.mu
     preconditioned = state.settings.preconditioned_mean
     mu_bar = mm(kzx, d_mean) - mm(kzz, mu)
+    # A fresh (M, B) array that add_scaled may overwrite (no M x B temporary per covariance).
     kzx_bar = mm(mu, d_mean, trans_b=True)
     kzz_bar = -0.5 * mm(mu, mu, trans_b=True)
     sig_bars, t_bars, mean_bars = [], [], []
     data, t_data_t = tape.data_grams(h)
     low_s_all = xp.tril(state.sigma_sqrt)
     for c in range(n_cov):
-        kzx_bar = kzx_bar + 2.0 * tape.w_kzx[c] * h[:, c]
+        kzx_bar = add_scaled(kzx_bar, tape.w_kzx[c], h[:, c])
         low_s, low_t = low_s_all[c, ...], tape.low_t[c, ...]
         t = tape.t(c)
         t_wh_t = t_data_t[c]
@@ -872,16 +725,14 @@ def _xp_backward(xp, tape, state, d_mean, d_var, fields):
         kzz_bar = kzz_bar + (t_wh_t - 0.5 * k * tkt_tpt_t)
         if "sigma_sqrt" in fields:
             g_s = t_wh_t - 0.5 * k * (tape.tkt(c) + t)
-            log_det_bar = _diagonal_matrix(1.0 / diagonal(low_s, xp), low_s)
-            sig_bars.append(xp.tril(2.0 * mm(g_s, low_s)) + k * log_det_bar)
+            sig_bars.append(_factor_gradient(g_s, low_s, k))
         if "t_sqrt" in fields:
             p = tape.p[c]
             adj = data[c] if r is None else data[c] - r
             ptw = mm(p, mm(t, adj))
             ptk = mm(p, mm(t, kzz))
             g_t = ptw + ptw.T - 2.0 * adj - 0.5 * k * (ptk + ptk.T) + k * kzz - 0.5 * k * p
-            log_det_bar = _diagonal_matrix(1.0 / diagonal(low_t, xp), low_t)
-            t_bars.append(xp.tril(2.0 * mm(g_t, low_t)) + k * log_det_bar)
+            t_bars.append(_factor_gradient(g_t, low_t, k))
     kzz_bar = _sym(kzz_bar)
     theta_zz, z_zz = tape.back_zz(kzz_bar)
     theta_zx, z_zx = tape.back_zx(kzx_bar)
@@ -896,6 +747,13 @@ def _xp_backward(xp, tape, state, d_mean, d_var, fields):
     return theta_zz + theta_zx + theta_d, {name: bars[name] for name in fields}
 
 
+def _factor_gradient(g, low, k):
+    """dF/dL = tril(2 G L) + k diag(1/L) for a factor L of a bound with k log|L L^T|/2 terms."""
+    xp = be.namespace(g, low)
+    log_det_bar = _diagonal_matrix(1.0 / diagonal(low, xp), low)
+    return xp.tril(2.0 * mm(g, low)) + k * log_det_bar
+
+
 # --- natural (product-only) step -----------------------------------------------------------
 def natural_step(tape, state, d_mean, d_var, step):
     """Product-only steps on the mean, Sigma and T from one minibatch evaluation (module docstring).
@@ -906,52 +764,6 @@ def natural_step(tape, state, d_mean, d_var, step):
         If a step produced non-finite values (the schedule then halves ``step``).
     """
     xp = be.namespace(tape.kzx, d_mean)
-    if not be.is_numpy(xp):
-        return _xp_natural_step(xp, tape, state, d_mean, d_var, step)
-    n_cov = state.sigma_sqrt.shape[0]
-    k = _outputs_per_cov(state)
-    settings = state.settings
-    kzz, kzx, mu = tape.kzz, tape.kzx, tape.mu
-    # With a shared covariance the Sigma-optimum averages the outputs' adjoints.
-    _, t_data_t = tape.data_grams(summed_var_adjoint(d_var, n_cov))
-    new_mu = mu.copy()
-    new_sig = np.empty_like(state.sigma_sqrt)
-    new_t = np.empty_like(state.t_sqrt)
-    outputs_of = _outputs_of(state)
-    grad_mean = mm(kzx, d_mean) - mm(kzz, mu)
-    for c in range(n_cov):
-        low_s, low_t = np.tril(state.sigma_sqrt[c]), tape.low_t[c]
-        t = tape.t(c)
-        # Omega = T (K - 2 W_h) T + T, the Sigma-optimum's inverse for this T and batch.
-        omega = tape.tkt(c) - (2.0 / k) * t_data_t[c] + t
-        e_s = residual(low_s, omega)
-        g_s = max(eigenvalue_bound(e_s), 0.0)
-        # mu: preconditioned by T Sigma T (old Sigma), capped by 1 / (1 + lambda_max bound).
-        cols = np.flatnonzero(outputs_of == c)
-        rho = min(step, 1.0 / (1.0 + g_s))
-        direction = mm(t, tri_mm(low_s, tri_mm(low_s, mm(t, grad_mean[:, cols]), trans=True)))
-        new_mu[:, cols] = mu[:, cols] + rho * direction
-        new_sig[c], _ = factor_step(low_s, e_s, step)
-        # T follows the new Sigma, and Adam's new K, when the new state is next evaluated.
-        new_t[c] = low_t
-    if settings.preconditioned_mean:
-        # The pseudo-targets whose mean under the new Sigma is the new mu: m~ = (K + Sigma') mu'
-        # (products only; exact once T has followed Sigma', see mean_weights).
-        new_mean = np.empty_like(new_mu)
-        for c in range(n_cov):
-            cols = np.flatnonzero(outputs_of == c)
-            part = new_mu[:, cols]
-            new_mean[:, cols] = mm(kzz, part) + tri_mm(new_sig[c], tri_mm(new_sig[c], part, trans=True))
-    else:
-        new_mean = new_mu
-    for a in (new_mean, new_sig, new_t):
-        if not np.all(np.isfinite(a)):
-            raise CholeskyError("the product-only natural step produced non-finite values")
-    return InverseFreeState(state.inducing, new_mean, new_sig, new_t, state.n_covariances, True, settings)
-
-
-def _xp_natural_step(xp, tape, state, d_mean, d_var, step):
-    """:func:`natural_step` in Array API operations, its step sizes capped on the device."""
     n_cov = state.sigma_sqrt.shape[0]
     k = _outputs_per_cov(state)
     settings = state.settings
@@ -967,10 +779,11 @@ def _xp_natural_step(xp, tape, state, d_mean, d_var, step):
         # Omega = T (K - 2 W_h) T + T, the Sigma-optimum's inverse for this T and batch.
         omega = tape.tkt(c) - (2.0 / k) * t_data_t[c] + t
         e_s = residual(low_s, omega)
-        g_s = xp.clip(eigenvalue_bound(e_s), min=0.0)
+        # The step sizes stay on the device (0-d arrays): no read to the host.
+        g_s = xp.clip(eigenvalue_bound(e_s), 0.0, None)
         # mu: preconditioned by T Sigma T (old Sigma), capped by 1 / (1 + lambda_max bound).
         cols = _columns(state, c)
-        rho = xp.clip(1.0 / (1.0 + g_s), max=step)
+        rho = xp.clip(1.0 / (1.0 + g_s), None, step)
         direction = mm(t, tri_mm(low_s, tri_mm(low_s, mm(t, grad_mean[:, cols]), trans=True)))
         mus.append(mu[:, cols] + rho * direction)
         sigs.append(factor_step(low_s, e_s, step)[0])
@@ -978,7 +791,8 @@ def _xp_natural_step(xp, tape, state, d_mean, d_var, step):
         ts.append(low_t)
     new_sig, new_t = xp.stack(sigs), xp.stack(ts)
     if settings.preconditioned_mean:
-        # The pseudo-targets whose mean under the new Sigma is the new mu: m~ = (K + Sigma') mu'.
+        # The pseudo-targets whose mean under the new Sigma is the new mu: m~ = (K + Sigma') mu'
+        # (products only; exact once T has followed Sigma', see mean_weights).
         new_mean = _by_columns(
             [mm(kzz, part) + tri_mm(sig, tri_mm(sig, part, trans=True)) for part, sig in zip(mus, sigs)], xp
         )
@@ -1008,9 +822,7 @@ def make_predictor(kernel, state, jitter):
         _refine_state(kzz, state)
     _, ws = middle_matrices(kzz, state)
     xp = be.namespace(kzz, state.q_mean)
-    if not be.is_numpy(xp):
-        return CoupledPredictor(copy_array(state.inducing), copy_array(mean_weights(state, ws)), xp.stack(ws))
-    return CoupledPredictor(state.inducing.copy(), np.array(mean_weights(state, ws)), np.stack(ws))
+    return CoupledPredictor(copy_array(state.inducing), copy_array(mean_weights(state, ws)), xp.stack(ws))
 
 
 def diagnostics(kernel, state, jitter):
@@ -1027,19 +839,10 @@ def diagnostics(kernel, state, jitter):
     ensure_initialised(kernel, state, kzz)
     worst, worst_factor = 0.0, 0.0
     xp = be.namespace(kzz, state.t_sqrt)
-    if not be.is_numpy(xp):
-        # Python floats as for numpy (reported per epoch, stored on the fitted model).
-        low_s, low_t = _lower_factors(state)
-        for c in range(low_t.shape[0]):
-            p = kzz + gram(low_s[c, ...])
-            pt = add_to_diagonal(mm(p, gram(low_t[c, ...])), -1.0, xp)
-            worst = max(worst, _frobenius(pt))
-            worst_factor = max(worst_factor, _frobenius(residual(low_t[c, ...], p)))
-        return {"t_residual": worst, "t_residual_factor": worst_factor}
-    for low_s, low_t in zip(*_lower_factors(state)):
+    # Python floats (reported per epoch, stored on the fitted model).
+    for low_s, low_t in zip(*map(blocks, _lower_factors(state))):
         p = kzz + gram(low_s)
-        pt = mm(p, gram(low_t))
-        pt.flat[:: pt.shape[0] + 1] -= 1.0
+        pt = add_to_diagonal(mm(p, gram(low_t)), -1.0, xp)
         worst = max(worst, _frobenius(pt))
         worst_factor = max(worst_factor, _frobenius(residual(low_t, p)))
     return {"t_residual": worst, "t_residual_factor": worst_factor}

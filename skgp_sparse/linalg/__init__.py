@@ -538,3 +538,28 @@ def same_values(a, b):
     if _on_numpy(a):
         return _numpy.same_values(a, b)
     return _array_api.same_values(a, b)
+
+
+# --- primitives for the inverse-free basis ---
+__all__ += ["tril_halved_diagonal"]
+
+
+def tril_halved_diagonal(a):
+    """The lower triangle of a square matrix with its diagonal halved, as a new array.
+
+    This is Phi(a) of the product-only factor steps (``L (I - eta Phi(E))``) and of
+    Cholesky adjoints: the lower-triangular solution X of X + X^T = a for a symmetric a.
+
+    Parameters
+    ----------
+    a : array of shape (n, n)
+
+    Returns
+    -------
+    array of shape (n, n)
+        In ``a``'s namespace, dtype and device; a non-finite entry of ``a``'s lower
+        triangle stays where it is.
+    """
+    if _on_numpy(a):
+        return _numpy.tril_halved_diagonal(a)
+    return _array_api.tril_halved_diagonal(a)

@@ -371,3 +371,12 @@ def copy_array(a):
 def same_values(a, b):
     """Whether two arrays hold the same values (one bool read back from the device)."""
     return a.shape == b.shape and bool(be.namespace(a, b).all(a == b))
+
+
+# --- primitives for the inverse-free basis ---
+def tril_halved_diagonal(a):
+    """The lower triangle of ``a`` with its diagonal halved, a new array."""
+    xp = be.namespace(a)
+    # The strict lower triangle plus half the diagonal (triangles, not a product with I,
+    # so that a non-finite entry stays where it is).
+    return xp.tril(a, k=-1) + 0.5 * xp.triu(xp.tril(a))

@@ -289,3 +289,11 @@ def copy_array(a):
 def same_values(a, b):
     """Whether two arrays hold the same values (``np.array_equal``)."""
     return np.array_equal(a, b)
+
+
+# --- primitives for the inverse-free basis ---
+def tril_halved_diagonal(a):
+    """The lower triangle of ``a`` with its diagonal halved: one copy, one strided update."""
+    phi = np.tril(a)
+    phi[np.diag_indices_from(phi)] *= 0.5
+    return phi
