@@ -19,11 +19,14 @@ import argparse
 import sys
 import warnings
 from dataclasses import fields
+from pathlib import Path
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from skgp_sparse import SparseGPClassifier, SparseGPRegressor
+# The checkout this script is in, not whichever one pip installed (a git worktree, say).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from skgp_sparse import SparseGPClassifier, SparseGPRegressor  # noqa: E402
 
 BASES = {
     "coupled": {},
@@ -85,6 +88,9 @@ def record(name, est, X_test):
 
 
 def fit_all():
+    import skgp_sparse
+
+    print(f"fitting with {Path(skgp_sparse.__file__).parent}")
     arrays = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)

@@ -42,6 +42,7 @@ from ..linalg import (
     add_scaled,
     add_scaled_difference,
     add_to_diagonal,
+    column_dots,
     column_products,
     column_variances,
     copy_array,
@@ -506,7 +507,7 @@ class CoupledPredictor:
             prior = kernel(X)
             return mean, xp.stack([prior + mm(kzx, mm(w, kzx), trans_a=True) for w in middle])
         kdiag = kernel.diag(X)
-        var = xp.stack([column_products(kdiag, kzx, mm(w, kzx)) for w in middle], axis=1)
+        var = xp.stack([kdiag + column_dots(kzx, mm(w, kzx)) for w in middle], axis=1)
         return mean, xp.clip(var, 0.0, None)
 
 

@@ -146,7 +146,7 @@ from ..linalg import (
     CholeskyError,
     add_scaled,
     add_to_diagonal,
-    column_products,
+    column_dots,
     copy_array,
     diagonal,
     eye,
@@ -612,7 +612,7 @@ def marginals(kernel, X, state, jitter, need_grad=True):
     w_kzx = [mm(w, kzx) for w in ws]
     xp = be.namespace(kzx)
     # The variance is that of a valid q(u) (it is >= 0); a tiny negative value is rounding.
-    var = xp.clip(xp.stack([column_products(kdiag, kzx, wk) for wk in w_kzx], axis=1), 0.0, None)
+    var = xp.clip(xp.stack([kdiag + column_dots(kzx, wk) for wk in w_kzx], axis=1), 0.0, None)
     if not need_grad:
         return mean, var, None
     tape = _Tape()

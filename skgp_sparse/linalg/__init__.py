@@ -64,6 +64,7 @@ __all__ = [
     "outer_plus_scaled",
     "add_scaled",
     "column_products",
+    "column_dots",
     "minus_column_squares",
     "column_variances",
     "copy_array",
@@ -504,6 +505,15 @@ def column_products(base, a, b):
     if _on_numpy(a):
         return _fused.add_column_products(base, a, b, np.empty_like(base))
     return _array_api.column_products(base, a, b)
+
+
+def column_dots(a, b):
+    """``colsum(a * b)``, shape (B,), for ``a``, ``b`` of shape (M, B): the predictors'
+    variance terms (numpy: one ``einsum``, whose summation order the predictions of a
+    fitted model have always had)."""
+    if _on_numpy(a):
+        return _numpy.column_dots(a, b)
+    return _array_api.column_dots(a, b)
 
 
 def minus_column_squares(base, a):

@@ -352,6 +352,11 @@ def column_products(base, a, b):
     return base + be.namespace(a, b).sum(a * b, axis=0)
 
 
+def column_dots(a, b):
+    """``colsum(a * b)``."""
+    return be.namespace(a, b).sum(a * b, axis=0)
+
+
 def minus_column_squares(base, a):
     """``base - colsum(a * a)``."""
     return base - be.namespace(a).sum(a * a, axis=0)
