@@ -371,3 +371,13 @@ def copy_array(a):
 def same_values(a, b):
     """Whether two arrays hold the same values (one bool read back from the device)."""
     return a.shape == b.shape and bool(be.namespace(a, b).all(a == b))
+
+
+# --- primitives for the orthogonally decoupled basis, the state and the collapsed bound ---
+def add_to_rows(base, index, values):
+    """``base + E @ values`` with the (n x c) selection matrix ``E[index[j], j] = 1``: the
+    standard has no scatter, and a product with zeros and ones adds the rows exactly."""
+    xp = be.namespace(base, index, values)
+    n, c = base.shape[0], index.shape[0]
+    hit = xp.reshape(xp.arange(n, device=be.device_of(base)), (n, 1)) == xp.reshape(index, (1, c))
+    return base + xp.astype(hit, values.dtype) @ values
