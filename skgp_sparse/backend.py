@@ -401,3 +401,24 @@ def constant(values, like, dtype=None):
             _CONSTANTS.pop(next(iter(_CONSTANTS)))
         _CONSTANTS[key] = out
     return out
+
+
+# --- primitives for the orthogonally decoupled basis, the state and the collapsed bound ---
+__all__ += ["is_array"]
+
+
+def is_array(value):
+    """Whether ``value`` is an array this package computes with.
+
+    Parameters
+    ----------
+    value : object
+
+    Returns
+    -------
+    bool
+        True for a numpy array and for an array of another library this package runs on
+        (:func:`is_foreign`: numpy scalars included, as they declare an Array API
+        namespace); False for lists, Python numbers and other objects.
+    """
+    return isinstance(value, np.ndarray) or is_foreign(value)

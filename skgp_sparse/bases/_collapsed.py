@@ -128,8 +128,8 @@ def collapsed_bound(kernel, X, Y, beta, state, jitter):
     theta_zx, z_zx = back_zx(kzx_bar)
     theta_d = back_diag(-0.5 * p * beta)
     theta_bar = theta_zz + theta_zx + theta_d
-    if not isinstance(theta_bar, np.ndarray):
-        theta_bar = np.array(be.to_numpy(theta_bar), dtype=np.float64)
+    # The exact searches work on the host in float64 (an owned copy: n_theta numbers).
+    theta_bar = np.array(be.to_numpy(theta_bar), dtype=np.float64)
     return CollapsedBound(value, theta_bar, {"inducing": z_zz + z_zx}, beta_scaling_bar, used)
 
 
@@ -138,8 +138,7 @@ def _folding_factor(low_k, kzx, xp):
     ``marginals``): float64, :data:`FOLD_MIN_ROWS_PER_POINT` rows per inducing point, and
     a K_zz condition number (bounded above by |L_k|_F^2 |L_k^-1|_F^2) of at most
     :data:`FOLD_MAX_CONDITION`; else None (the whitened form)."""
-    float64 = np.float64 if be.is_numpy(xp) else xp.float64
-    if kzx.dtype != float64 or kzx.shape[1] < FOLD_MIN_ROWS_PER_POINT * kzx.shape[0]:
+    if kzx.dtype != xp.float64 or kzx.shape[1] < FOLD_MIN_ROWS_PER_POINT * kzx.shape[0]:
         return None
     inv_low = tri_inverse(low_k)
     if float(xp.sum(low_k * low_k) * xp.sum(inv_low * inv_low)) > FOLD_MAX_CONDITION:

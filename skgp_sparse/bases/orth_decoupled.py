@@ -40,15 +40,16 @@ With n_orthogonal = 0 every function hands over to :mod:`.coupled` unchanged, so
 is exactly the coupled one.
 
 The state's arrays and X may also be arrays of another library (CuPy, PyTorch,
-array_api_strict; see :mod:`skgp_sparse.backend`): as in the coupled basis, each entry
-point branches on the namespace, numpy keeping its BLAS/numba path unchanged (in-place
-writes over kernel matrices included), and the other namespaces take the same formulas
-in Array API operations, answering in the inputs' namespace and device. The sampled
-columns of a^T K_gg a are drawn on the host from the state's numpy generator (the same
-stream whatever the library) and sent to the device as one index array; the rows they
-select are taken with ``take`` and their adjoints put back by a product with the
-(Mg x c) selection matrix (the standard has no scatter). tests/test_backend_orth_decoupled.py
-checks them against numpy.
+array_api_strict; see :mod:`skgp_sparse.backend`): as in the coupled basis, every function
+is written once over the arrays' namespace, and the primitives of :mod:`skgp_sparse.linalg`
+keep numpy on its BLAS calls (and on in-place writes over kernel matrices,
+:func:`~skgp_sparse.linalg.outer_over`) while the other namespaces take the same formulas in
+Array API operations, answering in the inputs' namespace and device. The sampled columns of
+a^T K_gg a are drawn on the host from the state's numpy generator (the same stream whatever
+the library) and sent to the arrays' device as one index array; the rows they select are
+taken with ``take`` and their adjoints put back by
+:func:`~skgp_sparse.linalg.add_to_rows`. tests/test_backend_orth_decoupled.py checks the
+other libraries against numpy.
 """
 
 from dataclasses import dataclass, field
@@ -61,7 +62,7 @@ from .state import VariationalState, cache_field
 from .toolkit import summed_var_adjoint
 from .. import backend as be
 from ..kernels import CompiledKernel
-from ..linalg import copy_array, mm, solve_triangular
+from ..linalg import add_to_rows, copy_array, mm, outer_over, same_values, solve_triangular
 
 #: Fields moved by Adam when the inducing inputs are learned: both sets.
 INDUCING_FIELDS = ("inducing", "orthogonal")
@@ -209,7 +210,6 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0, *, kl_columns="
     OrthState
     """
     xp, points = be.owned_float_copy(points)
-    numpy = be.is_numpy(xp)
     n_orthogonal = int(n_orthogonal)
     if n_orthogonal < 0 or points.shape[0] - n_orthogonal < 1:
         raise ValueError(
@@ -219,12 +219,9 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0, *, kl_columns="
     columns = resolve_kl_columns(kl_columns, n_orthogonal)
     n_beta = points.shape[0] - n_orthogonal
     rng = None if columns is None else np.random.default_rng(0 if seed is None else seed)
-    if not numpy:
-        beta = coupled.init_state(points[:n_beta, ...], n_outputs, n_covariances)
-        orth_mean = xp.zeros((n_orthogonal, n_outputs), dtype=points.dtype, device=be.device_of(points))
-        return OrthState(beta, copy_array(points[n_beta:, ...]), orth_mean, columns, rng)
-    beta = coupled.init_state(points[:n_beta], n_outputs, n_covariances)
-    return OrthState(beta, points[n_beta:].copy(), np.zeros((n_orthogonal, n_outputs)), columns, rng)
+    beta = coupled.init_state(points[:n_beta, ...], n_outputs, n_covariances)
+    orth_mean = xp.zeros((n_orthogonal, n_outputs), dtype=points.dtype, device=be.device_of(points))
+    return OrthState(beta, copy_array(points[n_beta:, ...]), orth_mean, columns, rng)
 
 
 def init_options(params, rng):
@@ -241,54 +238,37 @@ def init_options(params, rng):
 # --- pieces of the forward pass ----------------------------------------------------------
 def _reusable(kernel, matrix):
     """``matrix`` (a kernel matrix from ``kernel.vjp``) if its memory may be written over,
-    else None: a :class:`~skgp_sparse.kernels.CompiledKernel` hands over the numpy matrices
-    it returns (its reverse passes keep their own copies); other kernels promise nothing,
-    and arrays of other libraries are never written in place (the standard does not say
-    whether a result shares memory with what a reverse pass keeps)."""
-    return matrix if isinstance(kernel, CompiledKernel) and isinstance(matrix, np.ndarray) else None
+    else None: a :class:`~skgp_sparse.kernels.CompiledKernel` hands over the matrices it
+    returns (its reverse passes keep their own copies); other kernels promise nothing.
+    Whether the memory is then written over is :func:`~skgp_sparse.linalg.outer_over`'s
+    choice (numpy's, with one column: a fresh array of that size costs its page faults on
+    every step, about a tenth of an orth(128 + 1024) step at batch 1024)."""
+    return matrix if isinstance(kernel, CompiledKernel) else None
 
 
 def _summed(a):
-    """The sum of the entries of ``a``: a Python float for numpy, a 0-d array of its
-    library otherwise (no synchronisation with the host)."""
-    if isinstance(a, np.ndarray):
-        return float(np.sum(a))
+    """The sum of the entries of ``a``, a 0-d array of its library (a numpy scalar, a
+    Python float too; no synchronisation with a device)."""
     return be.namespace(a).sum(a)
 
 
 def _stacked_rows(top, bottom):
     """[top; bottom] in the namespace of ``bottom`` (an array of the state)."""
-    if isinstance(bottom, np.ndarray):
-        return np.vstack([top, bottom])
     return be.namespace(top, bottom).concat([top, bottom], axis=0)
 
 
 def _zeros_like(a):
     """Zeros of the shape, dtype, namespace and device of ``a``."""
-    if isinstance(a, np.ndarray):
-        return np.zeros_like(a)
     return be.namespace(a).zeros_like(a)
 
 
 def _same_array(x, y):
     """Whether ``x`` and ``y`` hold the same values (arrays of one library on one device;
-    anything else is not the same)."""
-    if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
-        return np.array_equal(x, y)
-    if type(x) is not type(y) or x.shape != y.shape or be.device_of(x) != be.device_of(y):
+    anything else, such as a cache key left from before the state moved, is not the
+    same)."""
+    if type(x) is not type(y) or be.device_of(x) != be.device_of(y):
         return False
-    return bool(be.namespace(x, y).all(x == y))
-
-
-def _outer_over(buffer, left, right):
-    """``left @ right.T``, written over ``buffer`` (whose content is no longer needed) when
-    there is one column and a buffer: the adjoint of a kernel matrix of gamma is as large
-    as the matrix, and a fresh array of that size costs its page faults on every step
-    (about a tenth of an orth(128 + 1024) step at batch 1024)."""
-    if buffer is not None and left.shape[1] == 1:
-        np.multiply(left, right.T, out=buffer)
-        return buffer
-    return mm(left, right, trans_b=True)
+    return same_values(x, y)
 
 
 class _ExactQuadratic:
@@ -298,7 +278,7 @@ class _ExactQuadratic:
         kgg, self.back = kernel.vjp(gamma)
         self.a, self.kgg_a = a, mm(kgg, a)
         self.value = _summed(a * self.kgg_a)
-        # Only its memory is needed any more: the adjoint -1/2 a a^T is written there.
+        # Only its memory is needed any more: the adjoint -1/2 a a^T may be written there.
         self.buffer = _reusable(kernel, kgg)
 
     def a_gradient(self):
@@ -308,63 +288,44 @@ class _ExactQuadratic:
     def backward(self, kernel, gamma, want_gamma):
         """(theta_bar, gamma_bar) of -1/2 quad."""
         buffer, self.buffer = self.buffer, None
-        return self.back(_outer_over(buffer, self.a, -0.5 * self.a))
+        return self.back(outer_over(buffer, self.a, -0.5 * self.a))
 
 
 class _SampledQuadratic:
     """(Mg / c) sum_p a_C,p^T K_Cg a_p from c columns C drawn uniformly without replacement:
     unbiased for sum_p a_p^T K_gg a_p, and so are its derivatives (spec 4.4).
 
-    The columns are drawn on the host, from ``rng``, whatever the arrays' library. For
-    another library they go to the arrays' device once as an index array (``index``), and
-    the (Mg x c) selection matrix E (E[C_j, j] = 1) puts the rows' adjoints back into
-    Mg rows by a product (the Array API has no scatter); for numpy ``index`` is None
-    and numpy's fancy indexing does both."""
+    The columns are drawn on the host, from ``rng``, whatever the arrays' library, and go
+    to the arrays' device once as an index array (``index``): the sampled rows are taken
+    with ``take``, and their adjoints put back into Mg rows by
+    :func:`~skgp_sparse.linalg.add_to_rows`."""
 
     def __init__(self, kernel, gamma, a, columns, rng):
         n = gamma.shape[0]
         self.cols = np.sort(rng.choice(n, columns, replace=False))
         self.scale = n / columns
-        self.index = self.select = None
-        if not isinstance(gamma, np.ndarray):
-            xp = be.namespace(gamma, a)
-            device = be.device_of(gamma)
-            self.index = be.to_namespace(self.cols, xp, device=device)
-            hit = xp.reshape(xp.arange(n, device=device), (n, 1)) == xp.reshape(self.index, (1, columns))
-            self.select = xp.astype(hit, a.dtype)
+        self.index = be.to_namespace(self.cols, be.namespace(gamma, a), device=be.device_of(gamma))
         kcg, self.back = kernel.vjp(self._rows(gamma), gamma)
         self.a, self.kcg, self.kcg_a = a, kcg, mm(kcg, a)
         self.value = self.scale * _summed(self._rows(a) * self.kcg_a)
 
     def _rows(self, x):
         """The sampled rows of ``x``."""
-        if self.index is None:
-            return x[self.cols]
         return be.namespace(x).take(x, self.index, axis=0)
 
     def a_gradient(self):
         grad = -0.5 * self.scale * mm(self.kcg, self._rows(self.a), trans_a=True)
-        if self.index is not None:
-            return grad - mm(self.select, (0.5 * self.scale) * self.kcg_a)
-        grad[self.cols] -= 0.5 * self.scale * self.kcg_a
-        return grad
+        # x - y is x + (-y) exactly: the sampled rows lose (scale / 2) K_Cg a.
+        return add_to_rows(grad, self.index, (-0.5 * self.scale) * self.kcg_a)
 
     def backward(self, kernel, gamma, want_gamma):
         kcg_bar = -0.5 * self.scale * mm(self._rows(self.a), self.a, trans_b=True)
         theta_bar, rows_bar = self.back(kcg_bar)
-        if self.index is not None:
-            if not want_gamma:
-                return theta_bar, _zeros_like(gamma)
-            # The rows' side (through E) and the columns' side of K_Cg.
-            _, back_cols = kernel.vjp(gamma, self._rows(gamma))
-            return theta_bar, mm(self.select, rows_bar) + back_cols(kcg_bar.T)[1]
-        gamma_bar = np.zeros_like(gamma)
-        if want_gamma:
-            gamma_bar[self.cols] = rows_bar
-            # The columns' side of K_Cg (its theta part is counted above).
-            _, back_cols = kernel.vjp(gamma, gamma[self.cols])
-            gamma_bar += back_cols(kcg_bar.T)[1]
-        return theta_bar, gamma_bar
+        if not want_gamma:
+            return theta_bar, _zeros_like(gamma)
+        # The columns' side of K_Cg (its theta part is counted above), plus the rows' side.
+        _, back_cols = kernel.vjp(gamma, self._rows(gamma))
+        return theta_bar, add_to_rows(back_cols(kcg_bar.T)[1], self.index, rows_bar)
 
 
 class _CachedQuadratic:
@@ -502,7 +463,6 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal", "orth
         return theta_bar, bars
     tb, kernel = tape.beta, tape.kernel
     a, w = tape.a, tape.w
-    numpy = isinstance(w, np.ndarray)
     # The coupled pass (coupled.backward) over the mean weights m - w, unrolled so that the
     # gamma part's share of L_k^T dF/dL_k joins it before the Cholesky adjoint.
     h = summed_var_adjoint(d_var, state.q_sqrt.shape[0])
@@ -514,14 +474,14 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal", "orth
     lt_low_bar -= mm(w_bar, w, trans_b=True)
     theta_zz, z_zz = tb.back_zz(tb.cholesky_adjoint(lt_low_bar))
     theta_zx, z_zx = tb.back_zx(kzx_bar)
-    theta_d = tb.back_diag(h.sum(axis=1) if numpy else be.namespace(h).sum(h, axis=1))
+    theta_d = tb.back_diag(be.namespace(h).sum(h, axis=1))
     joint_bar = _stacked_rows(d_mean, c_bar)
     k_gamma = tape.k_gamma if tape.k_gamma is not None else kernel(state.orthogonal, tape.joint)
     a_bar = mm(k_gamma, joint_bar) + tape.quad.a_gradient()
     # K(gamma, [X; beta]) is not needed after a_bar: its adjoint is written over it (a second
     # backward pass over this tape recomputes the matrix).
     tape.k_gamma = None
-    k_gamma_bar = _outer_over(_reusable(kernel, k_gamma), a, joint_bar)
+    k_gamma_bar = outer_over(_reusable(kernel, k_gamma), a, joint_bar)
     theta_gamma, g_gamma = tape.back_gamma(k_gamma_bar)
     theta_gg, g_gg = tape.quad.backward(kernel, state.orthogonal, "orthogonal" in fields)
     theta_bar = theta_zz + theta_zx + theta_d + theta_gamma + theta_gg
@@ -530,8 +490,8 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal", "orth
         if name == "inducing":
             # The beta side of K_gb (the vjp above differentiates its first argument, gamma).
             _, back_bg = kernel.vjp(state.inducing, state.orthogonal)
-            k_bg_bar = k_gamma_bar[:, tape.n_rows:].T
-            out[name] = z_zz + z_zx + back_bg(np.ascontiguousarray(k_bg_bar) if numpy else k_bg_bar)[1]
+            # A transposed view: the kernel's reverse pass lays it out as it needs.
+            out[name] = z_zz + z_zx + back_bg(k_gamma_bar[:, tape.n_rows:].T)[1]
         elif name == "orthogonal":
             out[name] = g_gamma + g_gg
         elif name == "orth_mean":

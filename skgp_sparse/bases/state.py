@@ -77,7 +77,7 @@ def _copied(value, name):
         return value.copy()
     if isinstance(value, np.random.Generator):
         return copy.deepcopy(value)
-    if isinstance(value, np.ndarray) or be.is_foreign(value):
+    if be.is_array(value):
         return copy_array(value)
     if _immutable(value):
         return value

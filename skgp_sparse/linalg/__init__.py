@@ -573,3 +573,57 @@ def tril_halved_diagonal(a):
     if _on_numpy(a):
         return _numpy.tril_halved_diagonal(a)
     return _array_api.tril_halved_diagonal(a)
+
+
+# --- primitives for the orthogonally decoupled basis, the state and the collapsed bound ---
+__all__ += ["outer_over", "add_to_rows"]
+
+
+def outer_over(buffer, left, right):
+    """``left @ right.T``, written over ``buffer`` where that saves an allocation.
+
+    The adjoint of a kernel matrix is as large as the matrix; with one column (a single
+    output) it is an outer product, which numpy writes into the memory of a matrix the
+    caller no longer needs instead of paying a fresh array's page faults on every step.
+
+    Parameters
+    ----------
+    buffer : array of shape (m, n) or None
+        Memory the caller gives up (its content is not read); None for a new array.
+        Arrays of libraries other than numpy are never written in place (the standard does
+        not say whether an array shares memory with another).
+    left : array of shape (m, k)
+    right : array of shape (n, k)
+
+    Returns
+    -------
+    array of shape (m, n)
+        ``buffer`` itself when it was written over, else a new array: use the return value.
+    """
+    if buffer is not None and _on_numpy(buffer):
+        return _numpy.outer_over(buffer, left, right)
+    return mm(left, right, trans_b=True)
+
+
+def add_to_rows(base, index, values):
+    """``base`` with ``values`` added to its rows ``index``, as a new array.
+
+    Parameters
+    ----------
+    base : array of shape (n, k)
+        Not modified.
+    index : integer array of shape (c,)
+        Distinct row indices, in the namespace and on the device of ``base``.
+    values : array of shape (c, k)
+        Row ``j`` is added to row ``index[j]`` of ``base``.
+
+    Returns
+    -------
+    array of shape (n, k)
+        numpy: a copy updated by fancy indexing; other libraries (the standard has no
+        scatter): ``base + E @ values`` with the (n x c) selection matrix
+        ``E[index[j], j] = 1``.
+    """
+    if _on_numpy(base):
+        return _numpy.add_to_rows(base, index, values)
+    return _array_api.add_to_rows(base, index, values)

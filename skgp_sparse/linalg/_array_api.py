@@ -385,3 +385,13 @@ def tril_halved_diagonal(a):
     # The strict lower triangle plus half the diagonal (triangles, not a product with I,
     # so that a non-finite entry stays where it is).
     return xp.tril(a, k=-1) + 0.5 * xp.triu(xp.tril(a))
+
+
+# --- primitives for the orthogonally decoupled basis, the state and the collapsed bound ---
+def add_to_rows(base, index, values):
+    """``base + E @ values`` with the (n x c) selection matrix ``E[index[j], j] = 1``: the
+    standard has no scatter, and a product with zeros and ones adds the rows exactly."""
+    xp = be.namespace(base, index, values)
+    n, c = base.shape[0], index.shape[0]
+    hit = xp.reshape(xp.arange(n, device=be.device_of(base)), (n, 1)) == xp.reshape(index, (1, c))
+    return base + xp.astype(hit, values.dtype) @ values

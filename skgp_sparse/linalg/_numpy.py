@@ -302,3 +302,20 @@ def tril_halved_diagonal(a):
     phi = np.tril(a)
     phi[np.diag_indices_from(phi)] *= 0.5
     return phi
+
+
+# --- primitives for the orthogonally decoupled basis, the state and the collapsed bound ---
+def outer_over(buffer, left, right):
+    """``left @ right.T``, written into ``buffer`` when ``left`` has one column (an outer
+    product: the elementwise product is what GEMM computes for one column), else by GEMM."""
+    if left.shape[1] == 1:
+        np.multiply(left, right.T, out=buffer)
+        return buffer
+    return mm(left, right, trans_b=True)
+
+
+def add_to_rows(base, index, values):
+    """A copy of ``base`` with ``values`` added to its (distinct) rows ``index``."""
+    out = base.copy()
+    out[index] += values
+    return out
