@@ -32,10 +32,10 @@ exactly SVGP. Every formula of the backward pass is checked by finite difference
 tests/test_solve.py.
 
 The state's arrays and X may also be arrays of another library (CuPy, PyTorch,
-array_api_strict; see :mod:`skgp_sparse.backend`): as in the coupled basis, each entry
-point branches once on the namespace, numpy keeping its BLAS/numba path unchanged, and
-the other namespaces take the same formulas in Array API operations (new arrays instead
-of in-place writes, the Array API side of :mod:`skgp_sparse.linalg`'s fused passes), answering in the inputs'
+array_api_strict; see :mod:`skgp_sparse.backend`): as in the coupled basis, every
+function is written once over the arrays' namespace, and the primitives of
+:mod:`skgp_sparse.linalg` keep numpy on its BLAS calls and numba passes while the other
+namespaces take the same formulas in Array API operations, answering in the inputs'
 namespace and device. tests/test_backend_solve.py checks them against numpy.
 """
 
@@ -50,6 +50,7 @@ from .toolkit import blocks, summed_var_adjoint
 from .. import backend as be
 from ..linalg import (
     column_products,
+    eye,
     gram,
     jittered_cholesky,
     jittered_cholesky_backward,
@@ -139,27 +140,8 @@ def split_inducing(points, n_orthogonal):
     Z : ndarray of shape (M, D)
     O : ndarray of shape (M2, D)
     """
-    n_total = points.shape[0]
-    n_z = n_total - n_orthogonal
     if n_orthogonal == 0:
         return points, points[:0, ...]
-    if not isinstance(points, np.ndarray):
-        return _xp_split_inducing(points, n_z)
-    first = int(np.argmin(np.sum((points - points.mean(axis=0)) ** 2, axis=1)))
-    chosen = [first]
-    dist = np.sum((points - points[first]) ** 2, axis=1)
-    for _ in range(n_z - 1):
-        nxt = int(np.argmax(dist))
-        chosen.append(nxt)
-        dist = np.minimum(dist, np.sum((points - points[nxt]) ** 2, axis=1))
-    in_z = np.zeros(n_total, dtype=bool)
-    in_z[chosen] = True
-    # Keep the input order within each set (reproducible, and the k-means order).
-    return points[in_z], points[~in_z]
-
-
-def _xp_split_inducing(points, n_z):
-    """:func:`split_inducing` for arrays of another namespace (the same traversal)."""
     xp = be.namespace(points)
     n_total = points.shape[0]
 
@@ -170,15 +152,21 @@ def _xp_split_inducing(points, n_z):
     first = int(xp.argmin(sq_dist(xp.mean(points, axis=0))))
     chosen = [first]
     dist = sq_dist(points[first, ...])
-    for _ in range(n_z - 1):
+    for _ in range(n_total - n_orthogonal - 1):
         nxt = int(xp.argmax(dist))
         chosen.append(nxt)
         dist = xp.minimum(dist, sq_dist(points[nxt, ...]))
+    # Keep the input order within each set (reproducible, and the k-means order).
     in_z = set(chosen)
-    device = be.device_of(points)
-    z_idx = xp.asarray([i for i in range(n_total) if i in in_z], dtype=xp.int64, device=device)
-    o_idx = xp.asarray([i for i in range(n_total) if i not in in_z], dtype=xp.int64, device=device)
-    return xp.take(points, z_idx, axis=0), xp.take(points, o_idx, axis=0)
+    z_rows = [i for i in range(n_total) if i in in_z]
+    o_rows = [i for i in range(n_total) if i not in in_z]
+    return _rows(points, z_rows), _rows(points, o_rows)
+
+
+def _rows(points, indices):
+    """The rows ``indices`` of ``points``, a new array in their namespace and on their device."""
+    xp = be.namespace(points)
+    return xp.take(points, xp.asarray(indices, dtype=xp.int64, device=be.device_of(points)), axis=0)
 
 
 def init_state(points, n_outputs, n_covariances, n_orthogonal=0):
@@ -196,7 +184,6 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0):
         M2, the size of the orthogonal set O.
     """
     xp, points = be.owned_float_copy(points)
-    numpy = be.is_numpy(xp)
     if n_orthogonal < 0:
         raise ValueError(f"n_orthogonal must be >= 0; got {n_orthogonal}")
     if points.shape[0] <= n_orthogonal:
@@ -207,18 +194,10 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0):
         )
     Z, O = split_inducing(points, n_orthogonal)
     m, m2 = Z.shape[0], O.shape[0]
-    if not numpy:
-        dtype, device = Z.dtype, be.device_of(Z)
-        return SolveState(
-            Z, O, xp.zeros((m, n_outputs), dtype=dtype, device=device),
-            xp.stack([xp.eye(m, dtype=dtype, device=device)] * n_covariances),
-            xp.zeros((m2, n_outputs), dtype=dtype, device=device),
-            xp.stack([xp.eye(m2, dtype=dtype, device=device)] * n_covariances),
-        )
+    dtype, device = Z.dtype, be.device_of(Z)
     return SolveState(
-        np.ascontiguousarray(Z), np.ascontiguousarray(O),
-        np.zeros((m, n_outputs)), np.broadcast_to(np.eye(m), (n_covariances, m, m)).copy(),
-        np.zeros((m2, n_outputs)), np.broadcast_to(np.eye(m2), (n_covariances, m2, m2)).copy(),
+        Z, O, xp.zeros((m, n_outputs), dtype=dtype, device=device), xp.stack([eye(m, Z)] * n_covariances),
+        xp.zeros((m2, n_outputs), dtype=dtype, device=device), xp.stack([eye(m2, Z)] * n_covariances),
     )
 
 
@@ -240,15 +219,14 @@ def _factors(kernel, state, jitter, need_grad):
     Returns (low_u, used_u, a_uv, low_v, used_v, back_all)."""
     Z, O = state.inducing, state.orthogonal
     m = Z.shape[0]
-    numpy = isinstance(Z, np.ndarray)
     points = _stack_points(Z, O)
     if need_grad:
         k_all, back_all = kernel.vjp(points)
     else:
         k_all, back_all = kernel(points), None
-    kuu = np.ascontiguousarray(k_all[:m, :m]) if numpy else k_all[:m, :m]
-    low_u, used_u = jittered_cholesky(kuu, jitter, what="K(Z, Z) of the inducing inputs")
-    a_uv = solve_triangular(low_u, np.ascontiguousarray(k_all[:m, m:]) if numpy else k_all[:m, m:])
+    # The blocks are strided views: the primitives copy them into the layout they need.
+    low_u, used_u = jittered_cholesky(k_all[:m, :m], jitter, what="K(Z, Z) of the inducing inputs")
+    a_uv = solve_triangular(low_u, k_all[:m, m:])
     cvv = k_all[m:, m:] - gram(a_uv, trans=True)
     # The Schur complement has its own scale and conditioning (O points near Z make it
     # nearly singular): its own relative jitter, remembered in the state once raised.
@@ -263,17 +241,13 @@ def _factors(kernel, state, jitter, need_grad):
 
 def _stack_points(Z, O):
     """[Z; O] in the arrays' namespace."""
-    if isinstance(Z, np.ndarray):
-        return np.vstack([Z, O])
     return be.namespace(Z, O).concat([Z, O], axis=0)
 
 
 def _condition_bound(low, inv_low):
     """An upper bound on cond(L L^T): trace(K) ||K^-1||_2 <= |L|_F^2 |L^-1|_F^2."""
-    if not isinstance(low, np.ndarray):
-        xp = be.namespace(low, inv_low)
-        return float(xp.sum(low * low) * xp.sum(inv_low * inv_low))
-    return np.sum(low * low) * np.sum(inv_low * inv_low)
+    xp = be.namespace(low, inv_low)
+    return float(xp.sum(low * low) * xp.sum(inv_low * inv_low))
 
 
 def _folded_block(low, inv_low, jitter, kzx, q_mean, q_sqrt):
@@ -283,8 +257,7 @@ def _folded_block(low, inv_low, jitter, kzx, q_mean, q_sqrt):
     tape.low_k, tape.inv_low, tape.kzx, tape.jitter = low, inv_low, kzx, jitter
     tape.s_minus_i = coupled.s_minus_identity(q_sqrt)
     tape.middle = coupled.folded_middle(inv_low, tape.s_minus_i)
-    middle = tape.middle if isinstance(kzx, np.ndarray) else blocks(tape.middle)
-    tape.middle_kzx = [sym_mm(w, kzx) for w in middle]
+    tape.middle_kzx = [sym_mm(w, kzx) for w in blocks(tape.middle)]
     tape.mean = mm(kzx, tri_mm(inv_low, q_mean, trans=True), trans_a=True)
     tape.back_zz = tape.back_zx = tape.back_diag = None
     tape.h_key = tape.whitened_gram = None
@@ -340,43 +313,51 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
         back_cross = back_diag = None
     xp = be.namespace(k_cross)
     inv_u, inv_v = _folding_inverses(form, need_grad, k_cross.dtype == xp.float64, X.shape[0], m, m2, low_u, low_v)
-    if not be.is_numpy(xp):
-        return _xp_marginals(xp, X, state, need_grad, inv_u, inv_v, low_u, used_u, a_uv, low_v, used_v,
-                             back_all, k_cross, back_cross, kdiag, back_diag)
     tape = _Tape()
     tape.coupled_tape, tape.inv_u, tape.inv_v, tape.r = None, inv_u, inv_v, None
-    n_cov = state.q_sqrt.shape[0]
-    var = np.empty((n_cov, X.shape[0]), dtype=k_cross.dtype)
+    kux, kvx = k_cross[:m, ...], k_cross[m:, ...]
     if inv_u is None:
-        b = solve_triangular(low_u, np.ascontiguousarray(k_cross[:m]))
-        d = solve_triangular(low_v, k_cross[m:] - mm(a_uv, b, trans_a=True))
-        mean_u = mm(b, state.q_mean, trans_a=True)
-        mean_v = mm(d, state.q_mean_orthogonal, trans_a=True)
-        lt_b = [tri_mm(low, b, trans=True) for low in state.q_sqrt]
-        lt_d = [tri_mm(low, d, trans=True) for low in state.q_sqrt_orthogonal]
-        # k_xx - |B|^2 - |D|^2 is the variance left given u and v (>= 0 in exact arithmetic).
-        prior = minus_column_squares(minus_column_squares(kdiag, b), d)
-        for c in range(n_cov):
-            var[c] = column_products(column_products(prior, lt_b[c], lt_b[c]), lt_d[c], lt_d[c])
-        tape.u = coupled.WhitenedTape.of_features(b, lt_b, mean_u)
-        tape.v = coupled.WhitenedTape.of_features(d, lt_d, mean_v)
+        var_rows = _whitened_blocks(tape, state, low_u, a_uv, low_v, kux, kvx, kdiag)
     else:
-        # C_vx = K_vx - K_vu K_uu^-1 K_ux = K_vx - R^T K_ux, R = L_u^-T A.
-        kux = k_cross[:m]
-        tape.r = tri_mm(inv_u, a_uv, trans=True)
-        cvx = k_cross[m:] - mm(tape.r, kux, trans_a=True)
-        tape.u = _folded_block(low_u, inv_u, used_u, kux, state.q_mean, state.q_sqrt)
-        tape.v = _folded_block(low_v, inv_v, used_v, cvx, state.q_mean_orthogonal, state.q_sqrt_orthogonal)
-        for c in range(n_cov):
-            var[c] = column_products(column_products(kdiag, kux, tape.u.middle_kzx[c]), cvx, tape.v.middle_kzx[c])
-    var = var.T
+        var_rows = _folded_blocks(tape, state, low_u, used_u, a_uv, low_v, used_v, kux, kvx, kdiag)
+    # One row per covariance, viewed as (B, C): the layout the variances have always had,
+    # so that no later reduction over them changes its summation order.
+    var = xp.stack(var_rows, axis=0).T
     # Differences of large terms far from the data: a tiny negative is rounding.
-    np.maximum(var, 0.0, out=var)
+    var = xp.clip(var, 0.0, None)
     mean = tape.u.mean + tape.v.mean
     if not need_grad:
         return mean, var, None
     _keep_factors(tape, m, low_u, used_u, a_uv, low_v, used_v, back_all, back_cross, back_diag)
     return mean, var, tape
+
+
+def _whitened_blocks(tape, state, low_u, a_uv, low_v, kux, kvx, kdiag):
+    """Put on ``tape`` the whitened blocks, over B = L_u^-1 K_ux and D = L_v^-1 C_vx;
+    return the variances, one (B,) row per covariance."""
+    b = solve_triangular(low_u, kux)
+    d = solve_triangular(low_v, kvx - mm(a_uv, b, trans_a=True))
+    mean_u = mm(b, state.q_mean, trans_a=True)
+    mean_v = mm(d, state.q_mean_orthogonal, trans_a=True)
+    lt_b = [tri_mm(low, b, trans=True) for low in blocks(state.q_sqrt)]
+    lt_d = [tri_mm(low, d, trans=True) for low in blocks(state.q_sqrt_orthogonal)]
+    # k_xx - |B|^2 - |D|^2 is the variance left given u and v (>= 0 in exact arithmetic).
+    prior = minus_column_squares(minus_column_squares(kdiag, b), d)
+    tape.u = coupled.WhitenedTape.of_features(b, lt_b, mean_u)
+    tape.v = coupled.WhitenedTape.of_features(d, lt_d, mean_v)
+    return [column_products(column_products(prior, lb, lb), ld, ld) for lb, ld in zip(lt_b, lt_d)]
+
+
+def _folded_blocks(tape, state, low_u, used_u, a_uv, low_v, used_v, kux, kvx, kdiag):
+    """Put on ``tape`` the folded blocks, over K_ux and C_vx (and R = L_u^-T A); return
+    the variances, one (B,) row per covariance."""
+    # C_vx = K_vx - K_vu K_uu^-1 K_ux = K_vx - R^T K_ux, R = L_u^-T A.
+    tape.r = tri_mm(tape.inv_u, a_uv, trans=True)
+    cvx = kvx - mm(tape.r, kux, trans_a=True)
+    tape.u = _folded_block(low_u, tape.inv_u, used_u, kux, state.q_mean, state.q_sqrt)
+    tape.v = _folded_block(low_v, tape.inv_v, used_v, cvx, state.q_mean_orthogonal, state.q_sqrt_orthogonal)
+    return [column_products(column_products(kdiag, kux, wu), cvx, wv)
+            for wu, wv in zip(tape.u.middle_kzx, tape.v.middle_kzx)]
 
 
 def _keep_factors(tape, m, low_u, used_u, a_uv, low_v, used_v, back_all, back_cross, back_diag):
@@ -400,41 +381,6 @@ def _folding_inverses(form, need_grad, float64, n_rows, m, m2, low_u, low_v):
     if form == "auto" and (_condition_bound(low_u, inv_u) > limit or _condition_bound(low_v, inv_v) > limit):
         return None, None
     return inv_u, inv_v
-
-
-def _xp_marginals(xp, X, state, need_grad, inv_u, inv_v, low_u, used_u, a_uv, low_v, used_v,
-                  back_all, k_cross, back_cross, kdiag, back_diag):
-    """The rest of :func:`marginals` for arrays of another namespace (new arrays, no
-    in-place writes; the same formulas)."""
-    m = state.inducing.shape[0]
-    tape = _Tape()
-    tape.coupled_tape, tape.inv_u, tape.inv_v, tape.r = None, inv_u, inv_v, None
-    kux, kvx = k_cross[:m, ...], k_cross[m:, ...]
-    if inv_u is None:
-        b = solve_triangular(low_u, kux)
-        d = solve_triangular(low_v, kvx - mm(a_uv, b, trans_a=True))
-        mean_u = mm(b, state.q_mean, trans_a=True)
-        mean_v = mm(d, state.q_mean_orthogonal, trans_a=True)
-        lt_b = [tri_mm(low, b, trans=True) for low in blocks(state.q_sqrt)]
-        lt_d = [tri_mm(low, d, trans=True) for low in blocks(state.q_sqrt_orthogonal)]
-        prior = (kdiag - xp.sum(b * b, axis=0)) - xp.sum(d * d, axis=0)
-        var = xp.stack([column_products(column_products(prior, lb, lb), ld, ld)
-                        for lb, ld in zip(lt_b, lt_d)], axis=1)
-        tape.u = coupled.WhitenedTape.of_features(b, lt_b, mean_u)
-        tape.v = coupled.WhitenedTape.of_features(d, lt_d, mean_v)
-    else:
-        tape.r = tri_mm(inv_u, a_uv, trans=True)
-        cvx = kvx - mm(tape.r, kux, trans_a=True)
-        tape.u = _folded_block(low_u, inv_u, used_u, kux, state.q_mean, state.q_sqrt)
-        tape.v = _folded_block(low_v, inv_v, used_v, cvx, state.q_mean_orthogonal, state.q_sqrt_orthogonal)
-        var = xp.stack([column_products(column_products(kdiag, kux, wu), cvx, wv)
-                        for wu, wv in zip(tape.u.middle_kzx, tape.v.middle_kzx)], axis=1)
-    var = xp.clip(var, min=0.0)
-    mean = tape.u.mean + tape.v.mean
-    if not need_grad:
-        return mean, var, None
-    _keep_factors(tape, m, low_u, used_u, a_uv, low_v, used_v, back_all, back_cross, back_diag)
-    return mean, var, tape
 
 
 def _block_adjoint(block, block_state, d_mean, h):
@@ -483,8 +429,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal")):
     if tape.coupled_tape is not None:
         cfields = tuple(f for f in fields if f in ("inducing", "q_mean", "q_sqrt"))
         theta_bar, bars = coupled.backward(tape.coupled_tape, state.block_u(), d_mean, d_var, cfields)
-        numpy = isinstance(state.orthogonal, np.ndarray)
-        zeros_like = np.zeros_like if numpy else be.namespace(state.orthogonal).zeros_like
+        zeros_like = be.namespace(state.orthogonal).zeros_like
         empty = {"orthogonal": zeros_like(state.orthogonal),
                  "q_mean_orthogonal": zeros_like(state.q_mean_orthogonal),
                  "q_sqrt_orthogonal": zeros_like(state.q_sqrt_orthogonal)}
@@ -495,21 +440,14 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal")):
     adjoints = _adjoints_whitened if tape.inv_u is None else _adjoints_folded
     kux_bar, kvx_bar, kuu_bar, kuv_bar, cvv_bar, b_g, d_g = adjoints(tape, block_u, block_v, d_mean, h)
     m2 = cvv_bar.shape[0]
-    if isinstance(cvv_bar, np.ndarray):
-        k_all_bar = np.zeros((m + m2, m + m2), dtype=cvv_bar.dtype)
-        k_all_bar[:m, :m] = kuu_bar
-        k_all_bar[:m, m:] = kuv_bar
-        k_all_bar[m:, m:] = cvv_bar
-        theta_all, points_all = tape.back_all(k_all_bar)
-        theta_cross, points_cross = tape.back_cross(np.vstack([kux_bar, kvx_bar]))
-        theta_d = tape.back_diag(h.sum(axis=1))
-    else:
-        xp = be.namespace(cvv_bar)
-        lower = xp.zeros((m2, m), dtype=cvv_bar.dtype, device=be.device_of(cvv_bar))
-        k_all_bar = xp.concat([xp.concat([kuu_bar, kuv_bar], axis=1), xp.concat([lower, cvv_bar], axis=1)], axis=0)
-        theta_all, points_all = tape.back_all(k_all_bar)
-        theta_cross, points_cross = tape.back_cross(xp.concat([kux_bar, kvx_bar], axis=0))
-        theta_d = tape.back_diag(xp.sum(h, axis=1))
+    xp = be.namespace(cvv_bar)
+    # K([Z; O])'s adjoint: K_vu enters no formula (its transpose K_uv carries the
+    # dependence), so its block is zero.
+    zeros_vu = xp.zeros((m2, m), dtype=cvv_bar.dtype, device=be.device_of(cvv_bar))
+    k_all_bar = xp.concat([xp.concat([kuu_bar, kuv_bar], axis=1), xp.concat([zeros_vu, cvv_bar], axis=1)], axis=0)
+    theta_all, points_all = tape.back_all(k_all_bar)
+    theta_cross, points_cross = tape.back_cross(xp.concat([kux_bar, kvx_bar], axis=0))
+    theta_d = tape.back_diag(xp.sum(h, axis=1))
     points_bar = points_all + points_cross
     bars = {"inducing": points_bar[:m, ...], "orthogonal": points_bar[m:, ...]}
     if "q_mean" in fields:
@@ -637,26 +575,19 @@ def make_predictor(kernel, state, jitter):
     alpha_u, middle_u = _frozen_block(low_u, state.q_mean, state.q_sqrt)
     alpha_v, middle_v = _frozen_block(low_v, state.q_mean_orthogonal, state.q_sqrt_orthogonal)
     r = solve_triangular(low_u, a_uv, trans=True)  # K_uu^-1 K_uv
-    m, m2 = a_uv.shape
-    if not isinstance(r, np.ndarray):
-        xp = be.namespace(r)
-        weights = xp.concat([alpha_u - mm(r, alpha_v), alpha_v], axis=0)
-        joint = []
-        for wu, wv in zip(blocks(middle_u), blocks(middle_v)):
-            r_w = mm(r, wv)
-            top = xp.concat([wu + mm(r_w, r, trans_b=True), -r_w], axis=1)
-            joint.append(xp.concat([top, xp.concat([-r_w.T, wv], axis=1)], axis=0))
-        return coupled.CoupledPredictor(_stack_points(state.inducing, state.orthogonal), weights, xp.stack(joint))
-    weights = np.vstack([alpha_u - mm(r, alpha_v), alpha_v])
-    n_cov = middle_u.shape[0]
-    middle = np.zeros((n_cov, m + m2, m + m2), dtype=middle_u.dtype)
-    for c in range(n_cov):
-        r_w = mm(r, middle_v[c])  # R W_v
-        middle[c, :m, :m] = middle_u[c] + mm(r_w, r, trans_b=True)
-        middle[c, :m, m:] = -r_w
-        middle[c, m:, :m] = -r_w.T
-        middle[c, m:, m:] = middle_v[c]
-    return coupled.CoupledPredictor(np.vstack([state.inducing, state.orthogonal]), weights, middle)
+    xp = be.namespace(r)
+    weights = xp.concat([alpha_u - mm(r, alpha_v), alpha_v], axis=0)
+    middle = xp.stack([_joint_middle(r, wu, wv) for wu, wv in zip(blocks(middle_u), blocks(middle_v))])
+    return coupled.CoupledPredictor(_stack_points(state.inducing, state.orthogonal), weights, middle)
+
+
+def _joint_middle(r, middle_u, middle_v):
+    """The (M + M2) square middle matrix of one covariance over k([Z; O], x):
+    [[W_u + R W_v R^T, -R W_v], [-(R W_v)^T, W_v]]."""
+    xp = be.namespace(r)
+    r_w = mm(r, middle_v)  # R W_v
+    top = xp.concat([middle_u + mm(r_w, r, trans_b=True), -r_w], axis=1)
+    return xp.concat([top, xp.concat([-r_w.T, middle_v], axis=1)], axis=0)
 
 
 def _frozen_block(low0, q_mean, q_sqrt):
@@ -664,12 +595,9 @@ def _frozen_block(low0, q_mean, q_sqrt):
     inv_low = tri_inverse(low0)
     alpha = mm(inv_low, q_mean, trans_a=True)
     prior_part = gram(inv_low, trans=True)
-    if not isinstance(inv_low, np.ndarray):
-        xp = be.namespace(inv_low)
-        return alpha, xp.stack([gram(tri_mm(low, inv_low, trans=True), trans=True) - prior_part
-                                for low in blocks(q_sqrt)])
-    middle = np.stack([gram(tri_mm(low, inv_low, trans=True), trans=True) - prior_part for low in q_sqrt])
-    return alpha, middle
+    xp = be.namespace(inv_low)
+    return alpha, xp.stack([gram(tri_mm(low, inv_low, trans=True), trans=True) - prior_part
+                            for low in blocks(q_sqrt)])
 
 
 class SolveBasis(Basis, members=globals()):
