@@ -59,6 +59,9 @@ __all__ = [
     "diagonal",
     "trace",
     "add_to_diagonal",
+    "add_at_last_index",
+    "middle_axis_dot",
+    "update_rows",
 ]
 
 #: Stack level of a :class:`JitterWarning` counted from the warning's own frame: the
@@ -426,10 +429,84 @@ def add_to_diagonal(a, value, xp=None):
     Parameters
     ----------
     a : array of shape (n, n)
-    value : float or 0-d array
+    value : float, 0-d array or array of shape (n,)
+        One value for every diagonal entry, or one per entry.
     xp : namespace, optional
         Namespace of ``a`` (found from ``a`` when omitted).
     """
     if _on_numpy(a, xp):
         return _numpy.add_to_diagonal(a, value)
     return _array_api.add_to_diagonal(a, value)
+
+
+# --- primitives for the likelihoods, the ELBO and the optimisers ---
+def add_at_last_index(a, index, value):
+    """``a`` plus ``value`` at ``a[i, ..., index[i]]`` for every row ``i``: a one-hot
+    update along the last axis (the class of each row).
+
+    Parameters
+    ----------
+    a : array of shape (n, ..., K)
+        Overwritten for numpy: pass an array the caller no longer needs, and use the
+        return value.
+    index : integer array of shape (n,)
+        An index into the last axis for each row.
+    value : float
+
+    Returns
+    -------
+    array of the shape and dtype of ``a``
+        numpy: ``a`` itself, updated in place at its ``n * ...`` indexed entries (no pass
+        over all of it); other libraries: a new array, by ``where`` on the one-hot mask.
+    """
+    if _on_numpy(a):
+        return _numpy.add_at_last_index(a, index, value)
+    return _array_api.add_at_last_index(a, index, value)
+
+
+def middle_axis_dot(a, b):
+    """Dot products over the middle axis: ``c[n, k] = sum_s a[n, s, k] * b[s, k]``.
+
+    Parameters
+    ----------
+    a : array of shape (n, S, K)
+    b : array of shape (S, K)
+
+    Returns
+    -------
+    array of shape (n, K)
+        numpy: one ``einsum``, without the (n, S, K) product; other libraries: the
+        product summed over its middle axis.
+    """
+    if _on_numpy(a):
+        return _numpy.middle_axis_dot(a, b)
+    return _array_api.middle_axis_dot(a, b)
+
+
+def update_rows(target, rows, compute, *operands):
+    """``target`` with its entries at ``rows`` replaced by ``compute`` of the operands.
+
+    Parameters
+    ----------
+    target : array of shape (n,)
+        Overwritten for numpy: pass an array the caller no longer needs, and use the
+        return value.
+    rows : boolean array of shape (n,)
+        The entries to replace.
+    compute : callable
+        ``compute(*row_operands)`` -> array of shape (k,): the new values of ``k`` rows
+        from the operands at those rows. It is written in operators (and ``@``), so
+        that it runs on any library.
+    *operands : arrays whose first axis has length n
+
+    Returns
+    -------
+    array of shape (n,)
+        numpy: ``target`` itself, ``compute`` run on the selected rows only (and not at
+        all when none is selected, the usual case); other libraries: ``compute`` run on
+        every row and its values selected by ``where`` (no boolean indexing, whose size
+        is data-dependent: a synchronisation on a GPU).
+    """
+    if _on_numpy(target):
+        return _numpy.update_rows(target, rows, compute, *operands)
+    return _array_api.update_rows(target, rows, compute, *operands)

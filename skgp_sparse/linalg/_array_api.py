@@ -322,3 +322,24 @@ def jittered_cholesky_backward(low, lt_low_bar, jitter, inv_low):
     xp = be.namespace(low)
     k_bar = cholesky_backward(low, None, lt_low_bar, inv_low)
     return add_to_diagonal(k_bar, jitter * trace(k_bar, xp) / k_bar.shape[0])
+
+
+# --- primitives for the likelihoods, the ELBO and the optimisers ---
+def add_at_last_index(a, index, value):
+    """``a`` plus ``value`` where the last axis equals each row's ``index``: a new array
+    (the standard has no scatter, and some libraries no in-place writes)."""
+    xp = be.namespace(a)
+    positions = xp.arange(a.shape[-1], device=be.device_of(a))
+    hit = positions == xp.reshape(index, (-1,) + (1,) * (a.ndim - 1))
+    return xp.where(hit, a + value, a)
+
+
+def middle_axis_dot(a, b):
+    """``sum_s a[n, s, k] * b[s, k]`` as the product summed over its middle axis."""
+    return be.namespace(a, b).sum(a * b, axis=1)
+
+
+def update_rows(target, rows, compute, *operands):
+    """``compute`` on every row, its values taken where ``rows`` holds: no boolean
+    indexing (a data-dependent size) and no in-place write."""
+    return be.namespace(target).where(rows, compute(*operands), target)

@@ -276,3 +276,23 @@ def add_to_diagonal(a, value):
     out = a.copy()
     out.flat[:: out.shape[0] + 1] += value
     return out
+
+
+# --- primitives for the likelihoods, the ELBO and the optimisers ---
+def add_at_last_index(a, index, value):
+    """``a[i, ..., index[i]] += value`` for every row ``i``, in place; returns ``a``."""
+    a[np.arange(a.shape[0]), ..., index] += value
+    return a
+
+
+def middle_axis_dot(a, b):
+    """``sum_s a[n, s, k] * b[s, k]`` by one ``einsum`` (no (n, S, K) temporary)."""
+    return np.einsum("nsk,sk->nk", a, b)
+
+
+def update_rows(target, rows, compute, *operands):
+    """``target[rows] = compute(*(o[rows] for o in operands))`` in place, skipped when no
+    row is selected; returns ``target``."""
+    if np.any(rows):
+        target[rows] = compute(*(o[rows] for o in operands))
+    return target
