@@ -96,10 +96,9 @@ class StudentTLikelihood(Likelihood):
     The methods of training and prediction take arrays of any Array API namespace and
     return arrays of that namespace, on the inputs' device, in the floating dtype of
     ``mean`` and ``var``; numpy inputs (array-likes included) are computed in float64.
-    ``df`` and ``scale`` (and :attr:`log_params`) stay
-    Python floats and numpy arrays on the host: the functions of them alone (``betaln``,
-    ``digamma``, the Gamma quantiles) are scipy's, on scalars. :meth:`sample` is numpy
-    only.
+    ``df`` and ``scale`` (and :attr:`log_params`) stay Python floats and numpy arrays on
+    the host: the functions of them alone (``betaln``, ``digamma``, the Gamma quantiles)
+    are scipy's, on scalars. :meth:`sample` is numpy only.
     """
 
     _NAMES = ("df", "scale")
