@@ -403,7 +403,9 @@ def constant(values, like, dtype=None):
     return out
 
 
-# --- primitives for the orthogonally decoupled basis, the state and the collapsed bound ---
+# --------------------------------------------------------------------------------------
+# the orthogonally decoupled basis
+# --------------------------------------------------------------------------------------
 __all__ += ["is_array"]
 
 
@@ -422,3 +424,89 @@ def is_array(value):
         namespace); False for lists, Python numbers and other objects.
     """
     return isinstance(value, np.ndarray) or is_foreign(value)
+
+
+# --------------------------------------------------------------------------------------
+# the likelihoods
+# --------------------------------------------------------------------------------------
+def _in_working_float(xp, reference, arrays):
+    """``arrays`` cast to the working float of the ``reference`` arrays (no copy where
+    the dtype is already that one)."""
+    dtype = working_float(xp, *reference)
+    return tuple(a if a.dtype == dtype else xp.astype(a, dtype) for a in arrays)
+
+
+def likelihood_floats(xp, reference, *arrays):
+    """``arrays`` in the floating dtype the likelihoods compute in.
+
+    Parameters
+    ----------
+    xp : namespace
+        Namespace of the call, as :func:`input_namespace` finds it.
+    reference : tuple of arrays
+        The latent marginals, whose working float (:func:`working_float`) sets the dtype
+        for a library other than numpy.
+    *arrays : arrays of ``xp`` (array-likes too for numpy)
+        Targets and marginals.
+
+    Returns
+    -------
+    tuple of arrays of ``xp``
+        numpy: float64 arrays, lists accepted and float32 widened (the likelihoods'
+        per-row terms are O(B) work, taken in float64 for an accurate quadrature, as
+        the numpy code always took them); another library: the working float of
+        ``reference``, so that a float32 fit on a device stays in float32 (integer
+        targets are cast to it).
+    """
+    if xp is np:
+        return tuple(np.asarray(a, dtype=np.float64) for a in arrays)
+    return _in_working_float(xp, reference, arrays)
+
+
+def arithmetic_operands(xp, reference, *arrays):
+    """``arrays`` ready for elementwise arithmetic with the ``reference`` arrays.
+
+    Parameters
+    ----------
+    xp : namespace
+        Namespace of the call, as :func:`input_namespace` finds it.
+    reference : tuple of arrays
+        The latent marginals.
+    *arrays : arrays of ``xp``
+        Targets.
+
+    Returns
+    -------
+    tuple of arrays of ``xp``
+        numpy: the arrays as they are (numpy promotes an integer or float64 target with
+        float32 marginals by its own rules, as the Gaussian likelihood's numpy code
+        always let it); another library: cast to the working float of ``reference``
+        (the standard does not mix integer and floating arrays).
+    """
+    if xp is np:
+        return arrays
+    return _in_working_float(xp, reference, arrays)
+
+
+def float_targets(y):
+    """Targets as a floating array of their own library, for a likelihood's checks.
+
+    Parameters
+    ----------
+    y : array of any supported library, or array-like
+
+    Returns
+    -------
+    xp : namespace
+        Namespace of ``y`` (:func:`input_namespace`).
+    y : array of ``xp``
+        numpy (array-likes included): float64, as the numpy code always took targets;
+        another library: a floating array as it is, an integer one cast to the widest
+        float of its device.
+    """
+    xp = input_namespace(y)
+    if xp is np:
+        return xp, np.asarray(y, dtype=np.float64)
+    if not xp.isdtype(y.dtype, "real floating"):
+        y = xp.astype(y, widest_float(xp, device_of(y)))
+    return xp, y

@@ -199,7 +199,7 @@ class VariationalModel:
         # covariance (C = 1) broadcast it. The number of latents is not that of the target
         # columns: a K-class label is one column for K latents.
         if var.shape[1] != mean.shape[1]:
-            var = np.broadcast_to(var, mean.shape) if isinstance(var, np.ndarray) else backend.namespace(var).broadcast_to(var, mean.shape)
+            var = backend.namespace(var).broadcast_to(var, mean.shape)
         return var if self.latent_noise is None else var + self.latent_noise.value
 
     def natural_step_is_exact(self, jointly=True):
@@ -245,8 +245,8 @@ class VariationalModel:
         if need_grad == "natural":
             return BatchResult(elbo, {}, tape, d_mean, d_var)
         theta_bar, field_bars = self.basis.backward(tape, self.state, d_mean, d_var, self.learn_fields)
-        if not isinstance(theta_bar, np.ndarray):
-            theta_bar = np.array(backend.to_numpy(theta_bar), dtype=np.float64)
+        # A host copy in float64 (a few entries), which the noise gradients below update.
+        theta_bar = np.array(backend.to_numpy(theta_bar), dtype=np.float64)
         grads = {"theta": theta_bar}
         if self.latent_noise is not None:
             # d var / d log(level) = level for each white term carrying the latent noise.
@@ -359,9 +359,8 @@ class VariationalModel:
     def elbo_of_chunks(self, chunks, scale=1.0):
         """``scale`` times the expected log-likelihood of the rows of ``chunks`` (an
         iterable of (X, Y)) minus the KL, in nats: the exact ELBO when they are every row."""
-        kl = self.basis.kl_divergence(self.kernel, self.state, self.jitter)
-        if not isinstance(kl, (float, np.floating, np.ndarray)):
-            kl = float(kl)  # a 0-d array of another library: one float back to the host
+        # A float (for a 0-d array of another library, one float back to the host).
+        kl = float(self.basis.kl_divergence(self.kernel, self.state, self.jitter))
         return scale * self.expected_log_lik_sum(chunks) - kl
 
     def diagnostics(self):
@@ -373,18 +372,15 @@ class VariationalModel:
 
 
 def _in_float_of(reference, *arrays):
-    """numpy ``arrays`` in the floating dtype of ``reference``. The likelihoods compute
-    numpy inputs in float64 (O(B) work, more accurate quadrature); in a float32 fit their
+    """``arrays`` in the floating dtype of ``reference``. The likelihoods compute numpy
+    inputs in float64 (O(B) work, more accurate quadrature); in a float32 fit their
     adjoints go back to the basis in float32, so that its O(B M^2) products stay there."""
-    if not isinstance(reference, np.ndarray) or reference.dtype == np.float64:
-        return arrays
-    return tuple(np.asarray(a, dtype=reference.dtype) for a in arrays)
+    xp = backend.namespace(reference)
+    return tuple(a if a.dtype == reference.dtype else xp.astype(a, reference.dtype) for a in arrays)
 
 
 def _total(a):
-    """The sum of the entries of ``a`` as a Python float (numpy or another library)."""
-    if isinstance(a, np.ndarray):
-        return float(a.sum())
+    """The sum of the entries of ``a`` as a Python float."""
     return float(backend.namespace(a).sum(a))
 
 

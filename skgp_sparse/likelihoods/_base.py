@@ -1,9 +1,11 @@
 """What every likelihood shares: its flags, and the one entry of its array methods."""
 
-import numpy as np
-
 from .. import backend
-from ._quadrature import as_working_floats
+
+# Not called here: the conversion is backend.likelihood_floats. The name stays importable
+# because tests/test_backend_likelihoods.py patches it to prove that numpy inputs never
+# take the Array API conversion.
+from ._quadrature import as_working_floats  # noqa: F401
 
 
 class Likelihood:
@@ -52,15 +54,10 @@ class Likelihood:
             (:func:`skgp_sparse.backend.input_namespace`).
         y, mean, var : arrays of ``xp``
             numpy: float64 arrays (lists accepted); another library: in the working
-            float of ``mean`` and ``var`` (:func:`._quadrature.as_working_floats`).
+            float of ``mean`` and ``var`` (:func:`skgp_sparse.backend.likelihood_floats`).
             ``y`` is None when it was given as None.
         """
         xp = backend.input_namespace(y, mean, var)
         convert_y = float_targets and y is not None
-        if xp is np:
-            # numpy: the conversions the numpy code always made (float64, lists accepted).
-            if convert_y:
-                y = np.asarray(y, dtype=float)
-            return xp, y, np.asarray(mean, dtype=float), np.asarray(var, dtype=float)
-        floats = as_working_floats(xp, (mean, var), mean, var, *((y,) if convert_y else ()))
+        floats = backend.likelihood_floats(xp, (mean, var), mean, var, *((y,) if convert_y else ()))
         return xp, (floats[2] if convert_y else y), floats[0], floats[1]

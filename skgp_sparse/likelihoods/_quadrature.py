@@ -41,12 +41,9 @@ def latent_nodes(nodes, mean, var, xp=np):
     """f at every node, array of shape (n, n_points), for mean and var of shape (n, 1).
 
     Negative variances (rounding error in a difference of Gram terms) count as zero.
-    numpy inputs (array-likes included) are taken as float64; arrays of another
-    namespace ``xp`` are used as they are, with ``nodes`` of their namespace.
+    ``mean`` and ``var`` are arrays of the namespace ``xp`` as the likelihood's entry
+    made them (:meth:`skgp_sparse.likelihoods.Likelihood._inputs`), ``nodes`` of theirs.
     """
-    if xp is np:
-        mean = np.asarray(mean, dtype=float)
-        var = np.asarray(var, dtype=float)
     mean = xp.reshape(mean, (-1, 1))
     spread = xp.sqrt(2.0 * xp.maximum(xp.reshape(var, (-1, 1)), 0.0))
     return mean + spread * nodes

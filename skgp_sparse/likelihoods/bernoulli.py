@@ -49,8 +49,7 @@ class BernoulliLikelihood(Likelihood):
     The methods take arrays of any Array API namespace and return arrays of that
     namespace, on the inputs' device, in the floating dtype of ``mean`` and ``var``
     (labels may be integers). The quadrature nodes are put on that device once per
-    device and dtype. Numpy inputs (array-likes included) are computed in float64 by the
-    numpy code they always took.
+    device and dtype. Numpy inputs (array-likes included) are computed in float64.
 
     Parameters
     ----------

@@ -6,7 +6,11 @@ import numpy as np
 
 from .. import backend, linalg
 from ._base import Likelihood
-from ._quadrature import as_working_floats
+
+# Not called here: the conversion is backend.arithmetic_operands. The name stays importable
+# because tests/test_backend_likelihoods.py patches it to prove that numpy inputs never
+# take the Array API conversion.
+from ._quadrature import as_working_floats  # noqa: F401
 
 LOG_2PI = np.log(2.0 * np.pi)
 #: The same as a Python float: an array_api_strict array refuses numpy scalars, and a
@@ -23,8 +27,8 @@ class GaussianLikelihood(Likelihood):
     Every method takes arrays of any Array API namespace (numpy, torch, CuPy,
     array_api_strict, ...) and returns arrays of that namespace, on the inputs' device,
     in their floating dtype; the inputs of one call share a namespace (a numpy array
-    with a torch tensor is a TypeError, not a silent transfer). Numpy inputs take the
-    numpy code they always took. The noise variance itself is a Python float.
+    with a torch tensor is a TypeError, not a silent transfer). The noise variance
+    itself is a Python float.
     """
 
     #: The expected log-likelihood is quadratic in f, so a natural step of size one on a
@@ -53,33 +57,20 @@ class GaussianLikelihood(Likelihood):
         ell : array of shape (n, P)
         d_mean : array of shape (n, P)
         d_var : array of shape (n, P)
-            Read-only broadcast views for numpy inputs.
+            A read-only broadcast view.
         """
         xp = backend.input_namespace(y, mean, var, extra_noise)
-        if xp is not np:
-            return self._expected_log_lik_xp(xp, y, mean, var, extra_noise)
+        (y,) = backend.arithmetic_operands(xp, (mean, var), y)
         s2 = self.noise_variance + extra_noise
-        # Python floats for a scalar noise: numpy float64 scalars would promote float32 rows.
-        log_s2 = math.log(s2) if isinstance(s2, float) else np.log(s2)
-        resid = y - mean
-        ell = -0.5 * (_LOG_2PI + log_s2) - 0.5 * (resid * resid + var) / s2
-        d_mean = resid / s2
-        d_var = np.broadcast_to(np.asarray(-0.5 / s2, dtype=ell.dtype), ell.shape)
-        return ell, d_mean, d_var
-
-    def _expected_log_lik_xp(self, xp, y, mean, var, extra_noise):
-        """:meth:`expected_log_lik` in the namespace ``xp`` of the inputs (not numpy)."""
-        (y,) = as_working_floats(xp, (mean, var), y)
-        s2 = self.noise_variance + extra_noise
-        per_row = not isinstance(s2, (int, float))  # an array of known noise, or one float
+        # A Python float for a scalar noise: a numpy float64 scalar would promote float32
+        # rows. (numpy's float64 scalars are Python floats, and take the same path.)
+        per_row = not isinstance(s2, (int, float))
         log_s2 = xp.log(s2) if per_row else math.log(s2)
         resid = y - mean
         ell = -0.5 * (_LOG_2PI + log_s2) - 0.5 * (resid * resid + var) / s2
         d_mean = resid / s2
-        if per_row:
-            d_var = xp.broadcast_to(-0.5 / s2, ell.shape)
-        else:
-            d_var = xp.full(ell.shape, -0.5 / s2, dtype=ell.dtype, device=backend.device_of(ell))
+        # One value per row (or one for all), broadcast rather than filled.
+        d_var = xp.broadcast_to(xp.asarray(-0.5 / s2, dtype=ell.dtype, device=backend.device_of(ell)), ell.shape)
         return ell, d_mean, d_var
 
     def d_log_noise(self, y, mean, var, extra_noise=0.0):
@@ -100,19 +91,15 @@ class GaussianLikelihood(Likelihood):
 
     def predictive_covariance(self, mean, cov):
         """Mean (n,) and joint covariance (n, n) of y given the latent joint posterior."""
-        if backend.input_namespace(mean, cov) is not np:
-            return mean, cov + self.noise_variance * linalg.eye(cov.shape[0], cov)
-        return mean, cov + self.noise_variance * np.eye(cov.shape[0])
+        return mean, linalg.add_to_diagonal(cov, self.noise_variance)
 
     def log_predictive_density(self, y, mean, var):
         """log N(y | mean, var + noise_variance), per entry."""
         xp = backend.input_namespace(y, mean, var)
+        (y,) = backend.arithmetic_operands(xp, (mean, var), y)
         total = var + self.noise_variance
-        if xp is not np:
-            (y,) = as_working_floats(xp, (mean, var), y)
-            resid = y - mean
-            return -0.5 * (_LOG_2PI + xp.log(total) + resid * resid / total)
-        return -0.5 * (_LOG_2PI + np.log(total) + (y - mean) ** 2 / total)
+        resid = y - mean
+        return -0.5 * (_LOG_2PI + xp.log(total) + resid * resid / total)
 
 
 class NoiseParameter:

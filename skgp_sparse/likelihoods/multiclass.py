@@ -7,8 +7,7 @@ holding whole numbers are accepted, since the model stores targets as a float ma
 Their methods take arrays of any Array API namespace and return arrays of that
 namespace, on the inputs' device, in the floating dtype of ``mean`` and ``var``. The
 quadrature nodes and the fixed draws are put on that device once per device and dtype.
-Numpy inputs (array-likes included) are computed in float64 by the numpy code they
-always took.
+Numpy inputs (array-likes included) are computed in float64.
 """
 
 import math
@@ -16,7 +15,7 @@ import math
 import numpy as np
 from numpy.polynomial.hermite import hermgauss
 
-from .. import backend
+from .. import backend, linalg
 from . import _special as special
 from ._base import Likelihood
 from ._quadrature import rule_like
@@ -29,26 +28,19 @@ _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 def _check_labels(y, n_rows, n_classes, xp=np):
-    """Class indices (int) of the labels ``y``, or ValueError.
+    """Class indices (int64) of the labels ``y``, or ValueError.
 
     For a namespace other than numpy the check costs one synchronisation with the host
     (a single boolean), which a GPU pays once per call.
     """
-    if xp is np:
-        labels = np.asarray(y).reshape(-1)
-    else:
-        labels = xp.reshape(y, (-1,))
+    labels = xp.reshape(xp.asarray(y), (-1,))
     if labels.shape[0] != n_rows:
         raise ValueError(f"expected {n_rows} labels, got {labels.shape[0]}")
-    if xp is np:
-        idx = np.rint(labels).astype(np.intp)
-        bad = np.any(idx != labels) or np.any(idx < 0) or np.any(idx >= n_classes)
-    else:
-        whole = labels if xp.isdtype(labels.dtype, "integral") else xp.round(labels)
-        bad = bool(xp.any((whole != labels) | (whole < 0) | (whole >= n_classes)))
-    if bad:
+    # Whole floats are accepted: the model stores targets as a float matrix.
+    whole = labels if xp.isdtype(labels.dtype, "integral") else xp.round(labels)
+    if bool(xp.any((whole != labels) | (whole < 0) | (whole >= n_classes))):
         raise ValueError(f"labels must be integers in [0, {n_classes - 1}]")
-    return idx if xp is np else xp.astype(whole, xp.int64)
+    return xp.astype(whole, xp.int64)
 
 
 def _one_hot(idx, n_classes, xp):
@@ -262,31 +254,19 @@ class SoftmaxLikelihood(Likelihood):
         # The labels stay as given: _check_labels reads them as integers.
         xp, _, mean, var = self._inputs(y, mean, var, float_targets=False)
         dtype = mean.dtype
-        if xp is not np:
-            # The symmetric difference of the variance derivative needs float64 (above).
-            wide = backend.widest_float(xp, backend.device_of(mean))
-            mean, var = xp.astype(mean, wide), xp.astype(var, wide)
+        # The symmetric difference of the variance derivative needs float64 (above).
+        wide = backend.widest_float(xp, backend.device_of(mean))
+        mean, var = xp.astype(mean, wide, copy=False), xp.astype(var, wide, copy=False)
         n = mean.shape[0]
         idx = _check_labels(y, n, self.n_classes, xp)
         f, s, draws = self._latent_draws(mean, var, xp)
         log_p = special.log_softmax(f, 2, xp)
+        ell = xp.mean(xp.take_along_axis(log_p, xp.reshape(idx, (-1, 1, 1)), axis=2)[:, :, 0], axis=1)
         # d log softmax(f)_y / d f = onehot(y) - softmax(f).
-        grad = -xp.exp(log_p)
-        if xp is np:
-            # numpy: fancy indexing and an in-place update of the n * S label entries,
-            # cheaper than the full (n, S, K) passes the standard's operations need.
-            rows = np.arange(n)
-            ell = log_p[rows, :, idx].mean(axis=1)
-            grad[rows, :, idx] += 1.0
-            weighted = np.einsum("nsk,sk->nk", grad, draws)
-        else:
-            ell = xp.mean(xp.take_along_axis(log_p, xp.reshape(idx, (-1, 1, 1)), axis=2)[:, :, 0], axis=1)
-            label = _one_hot(idx, self.n_classes, xp)[:, None, :]
-            grad = xp.where(label, grad + 1.0, grad)
-            weighted = xp.sum(grad * draws, axis=1)
+        grad = linalg.add_at_last_index(-xp.exp(log_p), idx, 1.0)
         d_mean = xp.mean(grad, axis=1)
-        d_var = weighted / (self.n_samples * 2.0 * s)
-        if xp is not np and dtype != d_var.dtype:
+        d_var = linalg.middle_axis_dot(grad, draws) / (self.n_samples * 2.0 * s)
+        if dtype != d_var.dtype:
             return xp.astype(ell[:, None], dtype), xp.astype(d_mean, dtype), xp.astype(d_var, dtype)
         return ell[:, None], d_mean, d_var
 

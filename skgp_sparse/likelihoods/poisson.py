@@ -5,7 +5,12 @@ import numpy as np
 from .. import backend, linalg
 from . import _special as special
 from ._base import Likelihood
-from ._quadrature import as_working_floats, gauss_hermite, rule_like
+from ._quadrature import gauss_hermite, rule_like
+
+# Not called here: the conversion is backend.likelihood_floats. The name stays importable
+# because tests/test_backend_likelihoods.py patches it to prove that numpy inputs never
+# take the Array API conversion.
+from ._quadrature import as_working_floats  # noqa: F401
 
 #: Gauss-Hermite nodes of log_predictive_density (prediction only, so generous).
 _LPD_POINTS = 64
@@ -32,8 +37,7 @@ class PoissonLikelihood(Likelihood):
     The methods of training and prediction take arrays of any Array API namespace and
     return arrays of that namespace, on the inputs' device, in the floating dtype of
     ``mean`` and ``var`` (counts may be integers); numpy inputs (array-likes included)
-    are computed in float64 by the numpy code they always took. :meth:`sample` is numpy
-    only.
+    are computed in float64. :meth:`sample` is numpy only.
     """
 
     #: No learned hyperparameters.
@@ -65,8 +69,6 @@ class PoissonLikelihood(Likelihood):
     def d_log_params(self, y, mean, var):
         """An empty derivative, array of shape (n, 0) in the namespace of the inputs."""
         xp, _, mean, _ = self._inputs(y, mean, var)
-        if xp is np:
-            return np.zeros((mean.shape[0], 0))
         return xp.zeros((mean.shape[0], 0), dtype=mean.dtype, device=backend.device_of(mean))
 
     @staticmethod
@@ -80,18 +82,14 @@ class PoissonLikelihood(Likelihood):
         counts of bad values) and returned in its namespace, cast to its device's widest
         float if integer.
         """
-        xp = backend.input_namespace(y)
-        if xp is np:
-            y = np.asarray(y, dtype=float)
-        elif not xp.isdtype(y.dtype, "real floating"):
-            y = xp.astype(y, backend.widest_float(xp, backend.device_of(y)))
+        xp, y = backend.float_targets(y)
         problems = []
         non_finite = ~xp.isfinite(y)
-        n_non_finite = int(xp.count_nonzero(non_finite)) if xp is not np else int(non_finite.sum())
+        n_non_finite = int(xp.count_nonzero(non_finite))
         if n_non_finite:
             problems.append(f"{n_non_finite} NaN or infinite values")
         negative = (y < 0) & ~non_finite
-        n_negative = int(xp.count_nonzero(negative)) if xp is not np else int(negative.sum())
+        n_negative = int(xp.count_nonzero(negative))
         if n_negative:
             smallest = float(xp.min(xp.where(negative, y, 0.0)))
             problems.append(f"{n_negative} negative values (smallest {smallest:g})")
@@ -145,13 +143,9 @@ class PoissonLikelihood(Likelihood):
         posterior N(mean, cov), exact: with rates r = exp(f + log_offset),
         Cov[y_i, y_j] = E[r_i] E[r_j] (exp(cov_ij) - 1) + [i = j] E[r_i]."""
         xp = backend.input_namespace(mean, cov)
-        if xp is np:
-            rate = self._mean_rate(np.asarray(mean, dtype=float), np.asarray(np.diag(cov), dtype=float))
-            return rate, np.outer(rate, rate) * np.expm1(cov) + np.diag(rate)
-        mean, cov = as_working_floats(xp, (mean, cov), mean, cov)
+        mean, cov = backend.likelihood_floats(xp, (mean, cov), mean, cov)
         rate = self._mean_rate(mean, linalg.diagonal(cov, xp), xp)
-        diagonal = xp.where(linalg.eye(cov.shape[0], cov) == 1.0, rate[None, :], 0.0)
-        return rate, rate[:, None] * rate[None, :] * xp.expm1(cov) + diagonal
+        return rate, linalg.add_to_diagonal(rate[:, None] * rate[None, :] * xp.expm1(cov), rate, xp)
 
     def sample(self, f, rng):
         """Draws of the counts given latent values ``f`` (any shape).

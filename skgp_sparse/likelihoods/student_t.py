@@ -95,11 +95,10 @@ class StudentTLikelihood(Likelihood):
     -----
     The methods of training and prediction take arrays of any Array API namespace and
     return arrays of that namespace, on the inputs' device, in the floating dtype of
-    ``mean`` and ``var``; numpy inputs (array-likes included) are computed in float64 by
-    the numpy code they always took. ``df`` and ``scale`` (and :attr:`log_params`) stay
-    Python floats and numpy arrays on the host: the functions of them alone (``betaln``,
-    ``digamma``, the Gamma quantiles) are scipy's, on scalars. :meth:`sample` is numpy
-    only.
+    ``mean`` and ``var``; numpy inputs (array-likes included) are computed in float64.
+    ``df`` and ``scale`` (and :attr:`log_params`) stay Python floats and numpy arrays on
+    the host: the functions of them alone (``betaln``, ``digamma``, the Gamma quantiles)
+    are scipy's, on scalars. :meth:`sample` is numpy only.
     """
 
     _NAMES = ("df", "scale")
@@ -171,14 +170,8 @@ class StudentTLikelihood(Likelihood):
         An array of another namespace is checked there (one synchronisation for the count)
         and returned in its namespace, cast to its device's widest float if integer.
         """
-        xp = backend.input_namespace(y)
-        if xp is np:
-            y = np.asarray(y, dtype=float)
-            n_bad = int(np.sum(~np.isfinite(y)))
-        else:
-            if not xp.isdtype(y.dtype, "real floating"):
-                y = xp.astype(y, backend.widest_float(xp, backend.device_of(y)))
-            n_bad = int(xp.count_nonzero(~xp.isfinite(y)))
+        xp, y = backend.float_targets(y)
+        n_bad = int(xp.count_nonzero(~xp.isfinite(y)))
         if n_bad:
             raise ValueError(
                 f"StudentTLikelihood needs finite targets; y holds {n_bad} NaN or "
@@ -224,15 +217,13 @@ class StudentTLikelihood(Likelihood):
         small = var[:, 0] <= _SMALL_VAR * a2
         root = xp.sqrt(2.0 * xp.maximum(var[:, 0], _SMALL_VAR * a2))
         d_var = (d1 @ (w * nodes)) / root
-        if xp is np:
-            if np.any(small):
-                d2 = (nu + 1.0) * (resid[small] ** 2 - a2) / total[small] ** 2
-                d_var[small] = 0.5 * (d2 @ w)
-        else:
-            # Every row, then a selection: no boolean indexing (its size is data-dependent,
-            # a synchronisation on a GPU) and no in-place write.
-            d2 = (nu + 1.0) * (resid**2 - a2) / total**2
-            d_var = xp.where(small, 0.5 * (d2 @ w), d_var)
+
+        def half_mean_curvature(resid, total):
+            # 0.5 E[g''(f)] with g''(f) = (df + 1) ((y - f)^2 - df scale^2) / total^2.
+            return 0.5 * (((nu + 1.0) * (resid**2 - a2) / total**2) @ w)
+
+        # Rows of small variance only (usually none).
+        d_var = linalg.update_rows(d_var, small, half_mean_curvature, resid, total)
         return xp.reshape(ell, shape), xp.reshape(d_mean, shape), xp.reshape(d_var, shape)
 
     def d_log_params(self, y, mean, var):
@@ -262,8 +253,6 @@ class StudentTLikelihood(Likelihood):
             columns.append(-1.0 + (nu + 1.0) * (share @ w))
         if columns:
             return xp.stack(columns, axis=1)
-        if xp is np:
-            return np.zeros((resid.shape[0], 0))
         return xp.zeros((resid.shape[0], 0), dtype=resid.dtype, device=backend.device_of(resid))
 
     def _noise_variance(self):
@@ -277,17 +266,13 @@ class StudentTLikelihood(Likelihood):
         (the noise then has no variance). The mean is ``mean`` (for df <= 1, where the
         noise has no mean either, it is the predictive median).
         """
-        if backend.input_namespace(mean, var) is np:
-            mean, var = np.asarray(mean, dtype=float), np.asarray(var, dtype=float)
+        _, _, mean, var = self._inputs(None, mean, var)
         return mean, var + self._noise_variance()
 
     def predictive_covariance(self, mean, cov):
         """Mean (n,) and joint covariance (n, n) of y given the latent joint posterior: the
         noise of each row is independent, with variance ``scale^2 df / (df - 2)``."""
-        noise = self._noise_variance()
-        if backend.input_namespace(mean, cov) is not np:
-            return mean, cov + noise * linalg.eye(cov.shape[0], cov)
-        return mean, cov + noise * np.eye(cov.shape[0])
+        return mean, linalg.add_to_diagonal(cov, self._noise_variance())
 
     def sample(self, f, rng):
         """Draws of y given latent values ``f`` (any shape): f plus scaled Student-t noise.
@@ -315,12 +300,6 @@ class StudentTLikelihood(Likelihood):
         """
         xp, y, mean, var = self._inputs(y, mean, var)
         y, mean, var = (xp.reshape(a, (-1, 1)) for a in (y, mean, var))
-        if xp is np:
-            out = np.empty(y.shape)
-            for start in range(0, y.shape[0], _BLOCK_ROWS):
-                rows = slice(start, start + _BLOCK_ROWS)
-                out[rows] = self._scale_mixture_lpd(y[rows], mean[rows], var[rows])
-            return out
         blocks = []
         n = y.shape[0]
         for start in range(0, n, _BLOCK_ROWS):
@@ -341,13 +320,10 @@ class StudentTLikelihood(Likelihood):
         # the narrowest feature the grid must resolve.
         step = float(min(_MAX_STEP, 0.5 * np.sqrt(polygamma(1, k + 0.5))))
         span = u_hi - u_lo  # (a NaN target gives a NaN row, not a failure here)
-        if xp is np:
-            widest = np.max(span, initial=step, where=np.isfinite(span))
-        else:
-            # The one host synchronisation of the block: the grid's length.
-            widest = step
-            if span.shape[0]:
-                widest = max(step, float(xp.max(xp.where(xp.isfinite(span), span, step))))
+        # The one host synchronisation of the block (on a GPU): the grid's length.
+        widest = step
+        if span.shape[0]:
+            widest = max(step, float(xp.max(xp.where(xp.isfinite(span), span, step))))
         n_grid = int(np.ceil(widest / step)) + 1
         h = span / (n_grid - 1)
         u = u_lo + h * xp.arange(n_grid, dtype=h.dtype, device=backend.device_of(h))

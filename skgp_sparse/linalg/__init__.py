@@ -69,6 +69,14 @@ __all__ = [
     "column_variances",
     "copy_array",
     "same_values",
+    "tril_halved_diagonal",
+    "outer_over",
+    "add_to_rows",
+
+
+    "add_at_last_index",
+    "middle_axis_dot",
+    "update_rows",
 ]
 
 #: Stack level of a :class:`JitterWarning` counted from the warning's own frame: the
@@ -436,7 +444,8 @@ def add_to_diagonal(a, value, xp=None):
     Parameters
     ----------
     a : array of shape (n, n)
-    value : float or 0-d array
+    value : float, 0-d array or array of shape (n,)
+        One value for every diagonal entry, or one per entry.
     xp : namespace, optional
         Namespace of ``a`` (found from ``a`` when omitted).
     """
@@ -550,10 +559,9 @@ def same_values(a, b):
     return _array_api.same_values(a, b)
 
 
-# --- primitives for the inverse-free basis ---
-__all__ += ["tril_halved_diagonal"]
-
-
+# --------------------------------------------------------------------------------------
+# the inverse-free basis: Phi(E), the lower triangle with its diagonal halved
+# --------------------------------------------------------------------------------------
 def tril_halved_diagonal(a):
     """The lower triangle of a square matrix with its diagonal halved, as a new array.
 
@@ -575,10 +583,9 @@ def tril_halved_diagonal(a):
     return _array_api.tril_halved_diagonal(a)
 
 
-# --- primitives for the orthogonally decoupled basis, the state and the collapsed bound ---
-__all__ += ["outer_over", "add_to_rows"]
-
-
+# --------------------------------------------------------------------------------------
+# the orthogonally decoupled basis: products into a spent buffer, additions to rows
+# --------------------------------------------------------------------------------------
 def outer_over(buffer, left, right):
     """``left @ right.T``, written over ``buffer`` where that saves an allocation.
 
@@ -627,3 +634,78 @@ def add_to_rows(base, index, values):
     if _on_numpy(base):
         return _numpy.add_to_rows(base, index, values)
     return _array_api.add_to_rows(base, index, values)
+
+
+# --------------------------------------------------------------------------------------
+# the likelihoods: indexed additions, contractions and row-selected updates
+# --------------------------------------------------------------------------------------
+def add_at_last_index(a, index, value):
+    """``a`` plus ``value`` at ``a[i, ..., index[i]]`` for every row ``i``: a one-hot
+    update along the last axis (the class of each row).
+
+    Parameters
+    ----------
+    a : array of shape (n, ..., K)
+        Overwritten for numpy: pass an array the caller no longer needs, and use the
+        return value.
+    index : integer array of shape (n,)
+        An index into the last axis for each row.
+    value : float
+
+    Returns
+    -------
+    array of the shape and dtype of ``a``
+        numpy: ``a`` itself, updated in place at its ``n * ...`` indexed entries (no pass
+        over all of it); other libraries: a new array, by ``where`` on the one-hot mask.
+    """
+    if _on_numpy(a):
+        return _numpy.add_at_last_index(a, index, value)
+    return _array_api.add_at_last_index(a, index, value)
+
+
+def middle_axis_dot(a, b):
+    """Dot products over the middle axis: ``c[n, k] = sum_s a[n, s, k] * b[s, k]``.
+
+    Parameters
+    ----------
+    a : array of shape (n, S, K)
+    b : array of shape (S, K)
+
+    Returns
+    -------
+    array of shape (n, K)
+        numpy: one ``einsum``, without the (n, S, K) product; other libraries: the
+        product summed over its middle axis.
+    """
+    if _on_numpy(a):
+        return _numpy.middle_axis_dot(a, b)
+    return _array_api.middle_axis_dot(a, b)
+
+
+def update_rows(target, rows, compute, *operands):
+    """``target`` with its entries at ``rows`` replaced by ``compute`` of the operands.
+
+    Parameters
+    ----------
+    target : array of shape (n,)
+        Overwritten for numpy: pass an array the caller no longer needs, and use the
+        return value.
+    rows : boolean array of shape (n,)
+        The entries to replace.
+    compute : callable
+        ``compute(*row_operands)`` -> array of shape (k,): the new values of ``k`` rows
+        from the operands at those rows. It is written in operators (and ``@``), so
+        that it runs on any library.
+    *operands : arrays whose first axis has length n
+
+    Returns
+    -------
+    array of shape (n,)
+        numpy: ``target`` itself, ``compute`` run on the selected rows only (and not at
+        all when none is selected, the usual case); other libraries: ``compute`` run on
+        every row and its values selected by ``where`` (no boolean indexing, whose size
+        is data-dependent: a synchronisation on a GPU).
+    """
+    if _on_numpy(target):
+        return _numpy.update_rows(target, rows, compute, *operands)
+    return _array_api.update_rows(target, rows, compute, *operands)

@@ -378,7 +378,9 @@ def same_values(a, b):
     return a.shape == b.shape and bool(be.namespace(a, b).all(a == b))
 
 
-# --- primitives for the inverse-free basis ---
+# --------------------------------------------------------------------------------------
+# the inverse-free basis
+# --------------------------------------------------------------------------------------
 def tril_halved_diagonal(a):
     """The lower triangle of ``a`` with its diagonal halved, a new array."""
     xp = be.namespace(a)
@@ -387,7 +389,9 @@ def tril_halved_diagonal(a):
     return xp.tril(a, k=-1) + 0.5 * xp.triu(xp.tril(a))
 
 
-# --- primitives for the orthogonally decoupled basis, the state and the collapsed bound ---
+# --------------------------------------------------------------------------------------
+# the orthogonally decoupled basis
+# --------------------------------------------------------------------------------------
 def add_to_rows(base, index, values):
     """``base + E @ values`` with the (n x c) selection matrix ``E[index[j], j] = 1``: the
     standard has no scatter, and a product with zeros and ones adds the rows exactly."""
@@ -395,3 +399,26 @@ def add_to_rows(base, index, values):
     n, c = base.shape[0], index.shape[0]
     hit = xp.reshape(xp.arange(n, device=be.device_of(base)), (n, 1)) == xp.reshape(index, (1, c))
     return base + xp.astype(hit, values.dtype) @ values
+
+
+# --------------------------------------------------------------------------------------
+# the likelihoods
+# --------------------------------------------------------------------------------------
+def add_at_last_index(a, index, value):
+    """``a`` plus ``value`` where the last axis equals each row's ``index``: a new array
+    (the standard has no scatter, and some libraries no in-place writes)."""
+    xp = be.namespace(a)
+    positions = xp.arange(a.shape[-1], device=be.device_of(a))
+    hit = positions == xp.reshape(index, (-1,) + (1,) * (a.ndim - 1))
+    return xp.where(hit, a + value, a)
+
+
+def middle_axis_dot(a, b):
+    """``sum_s a[n, s, k] * b[s, k]`` as the product summed over its middle axis."""
+    return be.namespace(a, b).sum(a * b, axis=1)
+
+
+def update_rows(target, rows, compute, *operands):
+    """``compute`` on every row, its values taken where ``rows`` holds: no boolean
+    indexing (a data-dependent size) and no in-place write."""
+    return be.namespace(target).where(rows, compute(*operands), target)

@@ -296,7 +296,9 @@ def same_values(a, b):
     return np.array_equal(a, b)
 
 
-# --- primitives for the inverse-free basis ---
+# --------------------------------------------------------------------------------------
+# the inverse-free basis
+# --------------------------------------------------------------------------------------
 def tril_halved_diagonal(a):
     """The lower triangle of ``a`` with its diagonal halved: one copy, one strided update."""
     phi = np.tril(a)
@@ -304,7 +306,9 @@ def tril_halved_diagonal(a):
     return phi
 
 
-# --- primitives for the orthogonally decoupled basis, the state and the collapsed bound ---
+# --------------------------------------------------------------------------------------
+# the orthogonally decoupled basis
+# --------------------------------------------------------------------------------------
 def outer_over(buffer, left, right):
     """``left @ right.T``, written into ``buffer`` when ``left`` has one column (an outer
     product: the elementwise product is what GEMM computes for one column), else by GEMM."""
@@ -319,3 +323,25 @@ def add_to_rows(base, index, values):
     out = base.copy()
     out[index] += values
     return out
+
+
+# --------------------------------------------------------------------------------------
+# the likelihoods
+# --------------------------------------------------------------------------------------
+def add_at_last_index(a, index, value):
+    """``a[i, ..., index[i]] += value`` for every row ``i``, in place; returns ``a``."""
+    a[np.arange(a.shape[0]), ..., index] += value
+    return a
+
+
+def middle_axis_dot(a, b):
+    """``sum_s a[n, s, k] * b[s, k]`` by one ``einsum`` (no (n, S, K) temporary)."""
+    return np.einsum("nsk,sk->nk", a, b)
+
+
+def update_rows(target, rows, compute, *operands):
+    """``target[rows] = compute(*(o[rows] for o in operands))`` in place, skipped when no
+    row is selected; returns ``target``."""
+    if np.any(rows):
+        target[rows] = compute(*(o[rows] for o in operands))
+    return target

@@ -91,7 +91,7 @@ class Adam:
             new = value + rate * (m / corr1) / (xp.sqrt(v / corr2) + self.eps)
             if bounds is not None and name in bounds:
                 low, high = (self._in_namespace(b, value, xp) for b in bounds[name])
-                new = xp.clip(new, low, high) if xp is np else xp.minimum(xp.maximum(new, low), high)
+                new = xp.clip(new, low, high)
             out[name] = new
         return out
 
@@ -102,6 +102,4 @@ class Adam:
         (and float64 settings do not promote a float32 parameter)."""
         if np.ndim(factor) == 0:
             return factor
-        if xp is np:
-            return np.asarray(factor, dtype=like.dtype)
         return backend.to_namespace(factor, xp, device=backend.device_of(like), dtype=like.dtype)

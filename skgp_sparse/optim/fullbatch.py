@@ -32,9 +32,10 @@ class Packing:
 
     A parameter with a scale (inducing inputs: each feature's spread) is held divided
     by it, so that the search does the same on X and on ``1e6 * X``. The vector is numpy
-    (scipy's optimisers are host code); a parameter held by another array library (the
-    inducing inputs of a fit on a GPU) or in float32 is unpacked into its library,
-    device and dtype.
+    (scipy's optimisers are host code); every array parameter is unpacked into its
+    library, device and dtype (the inducing inputs of a fit on a GPU go back there, a
+    float32 parameter stays float32, a float64 numpy one takes the vector's values as
+    they are).
     """
 
     names: list
@@ -49,7 +50,7 @@ class Packing:
     @classmethod
     def of(cls, params, scales):
         names = list(params)
-        templates = {name: value for name, value in params.items() if _held_apart(value)}
+        templates = {name: value for name, value in params.items() if hasattr(value, "dtype")}
         shapes = [tuple(params[n].shape) if hasattr(params[n], "shape") else np.shape(params[n]) for n in names]
         return cls(names, shapes, scales, templates)
 
@@ -78,12 +79,6 @@ class Packing:
             out[name] = value
             start += size
         return out
-
-
-def _held_apart(value):
-    """Whether a parameter lives elsewhere than the float64 numpy vector: in another
-    array library, or in float32."""
-    return backend.is_foreign(value) or (isinstance(value, np.ndarray) and value.dtype != np.float64)
 
 
 def _bounds_vector(packing, bounds):
