@@ -72,8 +72,6 @@ __all__ = [
     "tril_halved_diagonal",
     "outer_over",
     "add_to_rows",
-
-
     "add_at_last_index",
     "middle_axis_dot",
     "update_rows",
