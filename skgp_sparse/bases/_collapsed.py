@@ -41,7 +41,7 @@ import numpy as np
 from .. import backend as be
 from ..linalg import cho_solve, cholesky, jittered_cholesky_backward, mm, solve_triangular, sym_mm, tri_inverse, tri_mm
 from ..linalg import add_to_diagonal, diagonal, eye
-from .toolkit import factor_kzz, signed_gram
+from .toolkit import cross_and_diagonal, factor_kzz, signed_gram
 
 
 #: Where the folded form is used, as in the coupled basis's training steps (measured there):
@@ -84,8 +84,7 @@ def collapsed_bound(kernel, X, Y, beta, state, jitter):
     CollapsedBound
     """
     low_k, used, back_zz = factor_kzz(kernel, state.inducing, jitter, True)
-    kzx, back_zx = kernel.vjp(state.inducing, X)
-    kdiag, back_diag = kernel.diag_vjp(X)
+    kzx, back_zx, kdiag, back_diag = cross_and_diagonal(kernel, state.inducing, X, True)
     xp = be.namespace(kzx)
     m, p = kzx.shape[0], Y.shape[1]
     beta_row = xp.reshape(beta, (1, -1))

@@ -35,7 +35,7 @@ import numpy as np
 from . import _collapsed
 from .contract import Basis
 from .state import VariationalState, cache_field
-from .toolkit import blocks, factor_kzz, signed_gram, summed_var_adjoint
+from .toolkit import blocks, cross_and_diagonal, factor_kzz, signed_gram, summed_var_adjoint
 from .. import backend as be
 from ..linalg import (
     CholeskyError,
@@ -76,10 +76,7 @@ CONJUGATE_NATURAL_STEP = True
 
 @dataclass
 class CoupledState(VariationalState):
-    """Variational parameters of the coupled basis.
-
-    The arrays are numpy arrays, or all arrays of one other namespace (then
-    :func:`init_state` keeps a float32 ``inducing`` in float32; numpy states are float64).
+    """Variational parameters of the coupled basis (arrays as :class:`VariationalState` says).
 
     Attributes
     ----------
@@ -245,17 +242,11 @@ class FoldedTape(TapeBase):
 
 
 def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
-    """Latent marginals at the rows of X.
+    """Latent marginals at the rows of X: the contract's :meth:`Basis.marginals <skgp_sparse.bases.contract.Basis.marginals>`,
+    with one more argument.
 
     Parameters
     ----------
-    kernel : compiled kernel (see :func:`skgp_sparse.kernels.compile_kernel`)
-    X : ndarray of shape (B, D)
-    state : CoupledState
-    jitter : float
-        Relative jitter for the Cholesky of K_zz.
-    need_grad : bool or "natural"
-        Keep what :func:`backward` and :func:`natural_step` need.
     form : {"auto", "whitened", "folded"}
         How they are evaluated (the model is the same): "whitened" through
         A = L_k^-1 K_zx, "folded" through W_c = L_k^-T (S_c - I) L_k^-1, with two fewer
@@ -263,23 +254,12 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
         at least :data:`FOLDED_FORM_MIN_ROWS_PER_POINT` rows per inducing point whose
         K_zz is well enough conditioned (:data:`FOLDED_FORM_MAX_CONDITION`) and keeps
         the whitened form for everything else (the reported ELBO included).
-
-    Returns
-    -------
-    mean : ndarray of shape (B, P)
-    var : ndarray of shape (B, C)
-    tape : object for :func:`backward` and :func:`natural_step` (None without need_grad)
     """
     Z = state.inducing
     # "natural": a tape for natural_step only, without the kernel's derivatives.
     with_vjp = need_grad and need_grad != "natural"
     low_k, used, back_zz = factor_kzz(kernel, Z, jitter, with_vjp)
-    if with_vjp:
-        kzx, back_zx = kernel.vjp(Z, X)
-        kdiag, back_diag = kernel.diag_vjp(X)
-    else:
-        kzx, kdiag = kernel(Z, X), kernel.diag(X)
-        back_zx = back_diag = None
+    kzx, back_zx, kdiag, back_diag = cross_and_diagonal(kernel, Z, X, with_vjp)
     xp = be.namespace(kzx)
     inv_low = None
     fold_if_stable = need_grad and kzx.dtype == xp.float64 and X.shape[0] >= FOLDED_FORM_MIN_ROWS_PER_POINT * Z.shape[0]
@@ -344,24 +324,9 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
 
         dF/dm_p = A g_p - m_p,    dF/dL_c = tril(2 A diag(h_c) A^T L_c) - k (L_c - diag(L_c)^-1)
 
-    with k the number of outputs sharing L_c.
-
-    Parameters
-    ----------
-    tape : from :func:`marginals`
-    state : CoupledState
-    d_mean, d_var : ndarray of shape (B, P)
-        dF/dmean and dF/dvar per row and output.
-
-    fields : tuple of str
-        Fields of the state whose gradient is wanted (of ``INDUCING_FIELDS`` and
-        ``VARIATIONAL_FIELDS``).
-
-    Returns
-    -------
-    theta_bar : ndarray of shape (n_theta,)
-    field_bars : dict
-        Gradient for each of ``fields``, shaped as the field.
+    with k the number of outputs sharing L_c. Arguments and returns: the contract's
+    :meth:`Basis.backward <skgp_sparse.bases.contract.Basis.backward>` (``fields`` of
+    ``INDUCING_FIELDS`` and ``VARIATIONAL_FIELDS``).
     """
     h = summed_var_adjoint(d_var, state.q_sqrt.shape[0])
     a_g, lt_low_bar = prior_factor_adjoint(tape, state, d_mean, h)

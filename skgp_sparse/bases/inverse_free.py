@@ -140,7 +140,7 @@ import numpy as np
 from .contract import Basis
 from .coupled import CoupledPredictor
 from .state import VariationalState
-from .toolkit import blocks, summed_var_adjoint
+from .toolkit import blocks, cross_and_diagonal, summed_var_adjoint
 from .. import backend as be
 from ..linalg import (
     CholeskyError,
@@ -219,10 +219,8 @@ LEGACY_SETTINGS = InverseFreeSettings(preconditioned_mean=False, t_max_iter=4, i
 
 @dataclass
 class InverseFreeState(VariationalState):
-    """Variational parameters of the inverse-free basis.
-
-    The arrays are numpy arrays, or all arrays of one other namespace (then
-    :func:`init_state` keeps a float32 ``inducing`` in float32; numpy states are float64).
+    """Variational parameters of the inverse-free basis (arrays as :class:`VariationalState`
+    says).
 
     Attributes
     ----------
@@ -573,37 +571,18 @@ def _refine_state(kzz, state):
 
 
 def marginals(kernel, X, state, jitter, need_grad=True):
-    """Latent marginals at the rows of X under the bound (eq. 19).
-
-    Parameters
-    ----------
-    kernel : compiled kernel
-    X : ndarray of shape (B, D)
-    state : InverseFreeState
-    jitter : float
-        Unused: no kernel matrix is factorised.
-    need_grad : bool or "natural"
-        Whether to return a tape for :func:`backward` and :func:`natural_step`.
+    """Latent marginals at the rows of X under the bound (eq. 19): the contract's
+    :meth:`Basis.marginals <skgp_sparse.bases.contract.Basis.marginals>` (``jitter`` is unused: no kernel matrix is factorised).
 
     Notes
     -----
     With ``state.refine_t`` (a state made by a natural step) T is first brought to the
     settings' tolerance against the current K + Sigma, in place (:func:`refine_t`): T is
     then a function of K + Sigma, and every evaluation sees the same one.
-
-    Returns
-    -------
-    mean : ndarray of shape (B, P)
-    var : ndarray of shape (B, C)
-    tape : object for :func:`backward` and :func:`natural_step` (None without need_grad)
     """
     Z = state.inducing
-    if need_grad:
-        kzz, back_zz = kernel.vjp(Z)
-        kzx, back_zx = kernel.vjp(Z, X)
-        kdiag, back_diag = kernel.diag_vjp(X)
-    else:
-        kzz, kzx, kdiag = kernel(Z), kernel(Z, X), kernel.diag(X)
+    kzz, back_zz = kernel.vjp(Z) if need_grad else (kernel(Z), None)
+    kzx, back_zx, kdiag, back_diag = cross_and_diagonal(kernel, Z, X, need_grad)
     ensure_initialised(kernel, state, kzz)
     known = _refine_state(kzz, state)[0] if state.refine_t else None
     ps, es, ws = _middle(kzz, state, known)

@@ -115,6 +115,12 @@ def resolve_kl_columns(kl_columns, n_orthogonal):
     return kl_columns
 
 
+def _field_of_beta(name):
+    """A property that reads and writes field ``name`` of the state's coupled part."""
+    return property(lambda state: getattr(state.beta, name), lambda state, value: setattr(state.beta, name, value),
+                    doc=f"The coupled part's ``{name}``.")
+
+
 @dataclass
 class OrthState(VariationalState):
     """Variational parameters of the orthogonally decoupled basis.
@@ -147,29 +153,9 @@ class OrthState(VariationalState):
     quadratic_cache: object = cache_field(transient=True, repr=False, compare=False)
 
     # The coupled fields, so that the optimiser and the estimators see one flat state.
-    @property
-    def inducing(self):
-        return self.beta.inducing
-
-    @inducing.setter
-    def inducing(self, value):
-        self.beta.inducing = value
-
-    @property
-    def q_mean(self):
-        return self.beta.q_mean
-
-    @q_mean.setter
-    def q_mean(self, value):
-        self.beta.q_mean = value
-
-    @property
-    def q_sqrt(self):
-        return self.beta.q_sqrt
-
-    @q_sqrt.setter
-    def q_sqrt(self, value):
-        self.beta.q_sqrt = value
+    inducing = _field_of_beta("inducing")
+    q_mean = _field_of_beta("q_mean")
+    q_sqrt = _field_of_beta("q_sqrt")
 
     @property
     def n_orthogonal(self):
@@ -361,20 +347,8 @@ class _Tape:
 
 
 def marginals(kernel, X, state, jitter, need_grad=True):
-    """Latent marginals at the rows of X (see :func:`skgp_sparse.bases.coupled.marginals`).
-
-    Parameters
-    ----------
-    need_grad : bool or "natural"
-        True: a tape for :func:`backward` and :func:`natural_step`; "natural": a tape for
-        :func:`natural_step` only (no kernel derivatives, the exact KL); False: no tape.
-
-    Returns
-    -------
-    mean : ndarray of shape (B, P)
-    var : ndarray of shape (B, C)
-    tape : object for :func:`backward` and :func:`natural_step` (None without need_grad)
-    """
+    """Latent marginals at the rows of X: the contract's :meth:`Basis.marginals <skgp_sparse.bases.contract.Basis.marginals>`
+    (a "natural" tape also carries the exact KL, without kernel derivatives)."""
     if state.n_orthogonal == 0:
         mean, var, tape_b = coupled.marginals(kernel, X, state.beta, jitter, need_grad)
         if tape_b is None:

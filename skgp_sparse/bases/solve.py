@@ -46,7 +46,7 @@ import numpy as np
 from . import coupled
 from .contract import Basis
 from .state import VariationalState, cache_field
-from .toolkit import blocks, summed_var_adjoint
+from .toolkit import blocks, cross_and_diagonal, summed_var_adjoint
 from .. import backend as be
 from ..linalg import (
     column_products,
@@ -80,10 +80,8 @@ class SolveState(VariationalState):
 
     Attributes
     ----------
-    inducing : ndarray of shape (M, D)
-        Inducing inputs Z of u = f(Z).
-    orthogonal : ndarray of shape (M2, D)
-        Orthogonal inducing inputs O of v = f_perp(O).
+    inducing, orthogonal : ndarrays of shape (M, D) and (M2, D)
+        Inducing inputs Z of u = f(Z) and orthogonal inducing inputs O of v = f_perp(O).
     q_mean, q_sqrt : ndarrays of shape (M, P) and (C, M, M)
         Whitened mean and lower covariance factors of q(u').
     q_mean_orthogonal, q_sqrt_orthogonal : ndarrays of shape (M2, P) and (C, M2, M2)
@@ -265,18 +263,11 @@ def _folded_block(low, inv_low, jitter, kzx, q_mean, q_sqrt):
 
 
 def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
-    """Latent marginals at the rows of X.
+    """Latent marginals at the rows of X: the contract's :meth:`Basis.marginals <skgp_sparse.bases.contract.Basis.marginals>`
+    (``jitter`` is that of K_uu and the first one tried for C_vv), with one more argument.
 
     Parameters
     ----------
-    kernel : compiled kernel (see :func:`skgp_sparse.kernels.compile_kernel`)
-    X : ndarray of shape (B, D)
-    state : SolveState
-    jitter : float
-        Relative jitter for the Cholesky of K_uu (and the first one tried for C_vv).
-    need_grad : bool or "natural"
-        True: keep what :func:`backward` and :func:`natural_step` need; "natural": what
-        :func:`natural_step` needs (no kernel derivatives).
     form : {"auto", "whitened", "folded"}
         How they are evaluated (the model is the same). "whitened": through the features
         B = L_u^-1 K_ux and D = L_v^-1 C_vx; "folded": through K_ux and C_vx with
@@ -287,12 +278,6 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
         of the larger set when both K_uu and C_vv are well enough conditioned
         (:data:`~skgp_sparse.bases.coupled.FOLDED_FORM_MAX_CONDITION`, the coupled
         basis's rule) and keeps the whitened form otherwise (reported values included).
-
-    Returns
-    -------
-    mean : ndarray of shape (B, P)
-    var : ndarray of shape (B, C)
-    tape : object for :func:`backward` and :func:`natural_step` (None without need_grad)
     """
     if state.n_orthogonal == 0:
         mean, var, ctape = coupled.marginals(kernel, X, state.block_u(), jitter, need_grad, form=form)
@@ -305,12 +290,7 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
     low_u, used_u, a_uv, low_v, used_v, back_all = _factors(kernel, state, jitter, with_vjp)
     m, m2 = state.inducing.shape[0], state.orthogonal.shape[0]
     points = _stack_points(state.inducing, state.orthogonal)
-    if with_vjp:
-        k_cross, back_cross = kernel.vjp(points, X)
-        kdiag, back_diag = kernel.diag_vjp(X)
-    else:
-        k_cross, kdiag = kernel(points, X), kernel.diag(X)
-        back_cross = back_diag = None
+    k_cross, back_cross, kdiag, back_diag = cross_and_diagonal(kernel, points, X, with_vjp)
     xp = be.namespace(k_cross)
     inv_u, inv_v = _folding_inverses(form, need_grad, k_cross.dtype == xp.float64, X.shape[0], m, m2, low_u, low_v)
     tape = _Tape()
@@ -409,22 +389,9 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal")):
     (each chol_bar including its relative jitter) in the whitened form;
     :func:`_adjoints_folded` gives the same adjoints from a folded tape. The kernel's
     reverse pass then maps the adjoints of K([Z; O]) and K([Z; O], X) to theta, Z and O.
-    The whitened KL depends on q alone.
-
-    Parameters
-    ----------
-    tape : from :func:`marginals`
-    state : SolveState
-    d_mean, d_var : ndarray of shape (B, P)
-        dF/dmean and dF/dvar per row and output.
-    fields : tuple of str
-        Fields whose gradient is wanted (of ``INDUCING_FIELDS`` and ``VARIATIONAL_FIELDS``).
-
-    Returns
-    -------
-    theta_bar : ndarray of shape (n_theta,)
-    field_bars : dict
-        Gradient for each of ``fields``, shaped as the field.
+    The whitened KL depends on q alone. Arguments and returns: the contract's
+    :meth:`Basis.backward <skgp_sparse.bases.contract.Basis.backward>` (``fields`` of
+    ``INDUCING_FIELDS`` and ``VARIATIONAL_FIELDS``).
     """
     if tape.coupled_tape is not None:
         cfields = tuple(f for f in fields if f in ("inducing", "q_mean", "q_sqrt"))

@@ -38,6 +38,10 @@ def cache_field(transient=False, **field_options):
 class VariationalState:
     """The base class of the bases' states (each a dataclass).
 
+    A state's arrays are numpy arrays, or all arrays of one other namespace on one device
+    (a basis's ``init_state`` keeps float32 inducing inputs of another library in float32;
+    numpy states are float64).
+
     :meth:`copy` copies each field by what it holds: an array in its library and on its
     device, a nested state by its own ``copy``, a numpy Generator with its position (the
     copy draws what the original would); immutable values (numbers, frozen settings) are

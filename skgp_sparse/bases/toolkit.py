@@ -38,6 +38,21 @@ def signed_gram(a, h):
     return mm(a * h, a, trans_b=True)
 
 
+def cross_and_diagonal(kernel, Z, X, need_grad):
+    """K(Z, X) and the prior variances k(x, x) of the rows, with their reverse passes
+    (``back_cross``, ``back_diag``; None without ``need_grad``).
+
+    Returns
+    -------
+    k_cross, back_cross, kdiag, back_diag
+    """
+    if need_grad:
+        k_cross, back_cross = kernel.vjp(Z, X)
+        kdiag, back_diag = kernel.diag_vjp(X)
+        return k_cross, back_cross, kdiag, back_diag
+    return kernel(Z, X), None, kernel.diag(X), None
+
+
 def factor_kzz(kernel, Z, jitter, need_grad):
     """Jittered Cholesky of K_zz; returns (L_k, relative jitter used, backward or None)."""
     if need_grad:
