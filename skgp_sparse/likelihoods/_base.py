@@ -1,6 +1,7 @@
 """What every likelihood shares: its flags, and the one entry of its array methods."""
 
 from .. import backend
+from ._quadrature import rule_like
 
 # Not called here: the conversion is backend.likelihood_floats. The name stays importable
 # because tests/test_backend_likelihoods.py patches it to prove that numpy inputs never
@@ -12,9 +13,24 @@ class Likelihood:
     """Base class of the observation models.
 
     A likelihood meets the variational model only through the marginals ``(mean, var)``
-    of the latent functions at the rows of a minibatch: its ``expected_log_lik(y, mean,
-    var)`` returns the per-row expected log-likelihood and its derivatives in ``mean``
-    and ``var``, and its prediction methods map the same marginals to the targets.
+    of its latent functions at the n rows of a minibatch: arrays of shape (n, L), where L
+    is one except for the multi-class likelihoods, which take one latent function per
+    class (L = K). Its methods keep one contract, which their own docstrings refer to
+    (:class:`~skgp_sparse.likelihoods.GaussianLikelihood`, the conjugate case, states its
+    own: it works per entry of P outputs and takes known noise):
+
+    ``expected_log_lik(y, mean, var)``
+        The targets ``y`` of the rows, shape (n, 1) (class labels: shape (n,) or (n, 1),
+        integers 0..K-1 or whole floating values), and the marginals give
+        ``(ell, d_mean, d_var)``: the per-row expected log-likelihood
+        ``E_q[log p(y | f)]``, shape (n, 1), and its derivatives in every latent mean
+        and variance, shape (n, L).
+    ``predict_proba(mean, var)``
+        Classification only (the method exists on those likelihoods alone): the
+        predictive class probabilities of the rows, shape (n, K) with rows summing to
+        one; for two classes the probability of the label 1 alone, shape (n, 1).
+
+    The prediction methods map the same marginals to the targets.
 
     The methods take arrays of any Array API namespace and answer in it, on the inputs'
     device. Each starts from :meth:`_inputs`, which finds the namespace of its arrays and
@@ -61,3 +77,23 @@ class Likelihood:
         convert_y = float_targets and y is not None
         floats = backend.likelihood_floats(xp, (mean, var), mean, var, *((y,) if convert_y else ()))
         return xp, (floats[2] if convert_y else y), floats[0], floats[1]
+
+    def _inputs_and_rule(self, y, mean, var):
+        """:meth:`_inputs` of a likelihood that takes its expectations by Gauss-Hermite
+        quadrature, with its rule put next to the converted ``mean``.
+
+        The rule is the subclass's host arrays ``self._nodes`` and ``self._weights``
+        (:func:`~skgp_sparse.likelihoods._quadrature.gauss_hermite`).
+
+        Returns
+        -------
+        xp : namespace
+        y, mean, var : arrays of ``xp``
+            As :meth:`_inputs` returns them.
+        nodes, weights : arrays of ``xp``
+            The rule in the dtype and on the device of ``mean``
+            (:func:`~skgp_sparse.likelihoods._quadrature.rule_like`).
+        """
+        xp, y, mean, var = self._inputs(y, mean, var)
+        nodes, weights = rule_like(self._nodes, self._weights, mean)
+        return xp, y, mean, var, nodes, weights

@@ -471,6 +471,27 @@ def logsumexp(a, axis=None, b=None, keepdims=False, xp=None):
     return out if keepdims else _drop_axis(out, axis, xp)
 
 
+def _along_axis(name, generic, a, axis, xp):
+    """``name`` of ``a`` along ``axis`` by its library's own function, else by the formula
+    ``generic``: the axis-wise counterpart of :func:`_elementwise`."""
+    xp = namespace(a) if xp is None else xp
+    native = _native(name, xp)
+    if native is None:
+        return generic(a, axis, xp)
+    # torch.special names the axis ``dim`` and takes it by position.
+    return native(a, axis) if library(xp) == "torch" else native(a, axis=axis)
+
+
+def _generic_softmax(a, axis, xp):
+    e = xp.exp(a - _finite_max(a, axis, xp))
+    return e / xp.sum(e, axis=axis, keepdims=True)
+
+
+def _generic_log_softmax(a, axis, xp):
+    shifted = a - _finite_max(a, axis, xp)
+    return shifted - xp.log(xp.sum(xp.exp(shifted), axis=axis, keepdims=True))
+
+
 def softmax(a, axis, xp=None):
     """``exp(a) / sum(exp(a))`` along ``axis``, in ``a``'s namespace.
 
@@ -486,15 +507,7 @@ def softmax(a, axis, xp=None):
         numpy: :func:`scipy.special.softmax`; torch and CuPy: their own; otherwise the
         sum shifted by the finite maximum, in standard operations.
     """
-    xp = namespace(a) if xp is None else xp
-    lib = library(xp)
-    if lib == "numpy":
-        return scipy.special.softmax(a, axis=axis)
-    native = _native("softmax", xp) if lib in ("torch", "cupy") else None
-    if native is not None:
-        return native(a, axis) if lib == "torch" else native(a, axis=axis)
-    e = xp.exp(a - _finite_max(a, axis, xp))
-    return e / xp.sum(e, axis=axis, keepdims=True)
+    return _along_axis("softmax", _generic_softmax, a, axis, xp)
 
 
 def log_softmax(a, axis, xp=None):
@@ -502,12 +515,4 @@ def log_softmax(a, axis, xp=None):
 
     Parameters and returns as :func:`softmax`.
     """
-    xp = namespace(a) if xp is None else xp
-    lib = library(xp)
-    if lib == "numpy":
-        return scipy.special.log_softmax(a, axis=axis)
-    native = _native("log_softmax", xp) if lib in ("torch", "cupy") else None
-    if native is not None:
-        return native(a, axis) if lib == "torch" else native(a, axis=axis)
-    shifted = a - _finite_max(a, axis, xp)
-    return shifted - xp.log(xp.sum(xp.exp(shifted), axis=axis, keepdims=True))
+    return _along_axis("log_softmax", _generic_log_softmax, a, axis, xp)

@@ -7,7 +7,7 @@ import numpy as np
 from .. import backend
 from . import _special as special
 from ._base import Likelihood
-from ._quadrature import gauss_hermite, latent_nodes, rule_like
+from ._quadrature import gauss_hermite, latent_nodes
 
 # Python floats, not numpy scalars: array_api_strict refuses numpy scalars, and a
 # float32 array keeps its dtype next to a Python float.
@@ -69,24 +69,14 @@ class BernoulliLikelihood(Likelihood):
         self._nodes, self._weights = gauss_hermite(self.n_points)
 
     def expected_log_lik(self, y, mean, var):
-        """Per-row E_q[log p(y | f)] and its derivatives in mean and var.
+        """Per-row E_q[log link(s f)], s = +1 for the label 1.0 and -1 for 0.0, and its
+        derivatives in mean and var, by the class's quadrature.
 
-        Parameters
-        ----------
-        y : array of shape (n, 1)
-            Labels, 0.0 or 1.0.
-        mean, var : array of shape (n, 1)
-            Marginal mean and variance of the latent function.
-
-        Returns
-        -------
-        ell : array of shape (n, 1)
-        d_mean : array of shape (n, 1)
-        d_var : array of shape (n, 1)
+        Arguments and returns: the contract of
+        :class:`~skgp_sparse.likelihoods.Likelihood`, with one latent function.
         """
         shape = backend.shape_of(mean)
-        xp, y, mean, var = self._inputs(y, mean, var)
-        nodes, w = rule_like(self._nodes, self._weights, mean)
+        xp, y, mean, var, nodes, w = self._inputs_and_rule(y, mean, var)
         # p(y | f) = link(s f) with s = +1 for y = 1 and -1 for y = 0 (both links are
         # symmetric: 1 - link(f) = link(-f)).
         sign = 2.0 * xp.reshape(y, (-1, 1)) - 1.0
@@ -103,19 +93,11 @@ class BernoulliLikelihood(Likelihood):
         """Probability of the label 1, E_q[link(f)], per row.
 
         The probit case is exact, Phi(m / sqrt(1 + v)); the logit case uses the same
-        Gauss-Hermite quadrature as the expected log-likelihood.
-
-        Parameters
-        ----------
-        mean, var : array of shape (n, 1)
-
-        Returns
-        -------
-        array of shape (n, 1)
-            p(y = 1); p(y = 0) is one minus it.
+        Gauss-Hermite quadrature as the expected log-likelihood. Arguments and returns:
+        the contract of :class:`~skgp_sparse.likelihoods.Likelihood` for two classes
+        (p(y = 0) is one minus the result).
         """
-        xp, _, mean, var = self._inputs(None, mean, var)
-        nodes, w = rule_like(self._nodes, self._weights, mean)
+        xp, _, mean, var, nodes, w = self._inputs_and_rule(None, mean, var)
         if self.link == "probit":
             return special.ndtr(mean / xp.sqrt(1.0 + xp.maximum(var, 0.0)), xp)
         return xp.reshape(special.expit(latent_nodes(nodes, mean, var, xp), xp) @ w, mean.shape)

@@ -122,20 +122,11 @@ class RobustMaxLikelihood(Likelihood):
         return P, d_mean, d_var
 
     def expected_log_lik(self, y, mean, var):
-        """Per-row E_q[log p(y | f)] and its derivatives in every latent mean and variance.
+        """Per-row ``log_miss + (log_hit - log_miss) P`` and its derivatives in every
+        latent mean and variance, P = Pr_q[argmax f = y] by the class's quadrature.
 
-        Parameters
-        ----------
-        y : array of shape (n,) or (n, 1)
-            Integer class labels in 0..K-1 (integer or whole floating values).
-        mean, var : array of shape (n, K)
-            Marginal means and variances of the K latent functions.
-
-        Returns
-        -------
-        ell : array of shape (n, 1)
-        d_mean : array of shape (n, K)
-        d_var : array of shape (n, K)
+        Arguments and returns: the contract of
+        :class:`~skgp_sparse.likelihoods.Likelihood`, with K latent functions.
         """
         # The labels stay as given: _check_labels reads them as integers.
         xp, _, mean, var = self._inputs(y, mean, var, float_targets=False)
@@ -146,16 +137,8 @@ class RobustMaxLikelihood(Likelihood):
         return ell[:, None], gap * dP_mean, gap * dP_var
 
     def argmax_probabilities(self, mean, var):
-        """Pr_q[argmax f = k] for every class, rows renormalised to sum to one.
-
-        Parameters
-        ----------
-        mean, var : array of shape (n, K)
-
-        Returns
-        -------
-        array of shape (n, K)
-        """
+        """Pr_q[argmax f = k] for every class k, array of shape (n, K), rows renormalised to
+        sum to one, from the marginals of the K latent functions (shape (n, K) each)."""
         xp, _, mean, var = self._inputs(None, mean, var)
         n = mean.shape[0]
         device = backend.device_of(mean)
@@ -170,16 +153,11 @@ class RobustMaxLikelihood(Likelihood):
         return P / xp.sum(P, axis=1, keepdims=True)
 
     def predict_proba(self, mean, var):
-        """Predictive class probabilities ``P_k (1 - eps) + (1 - P_k) eps / (K - 1)``.
+        """Predictive class probabilities ``P_k (1 - eps) + (1 - P_k) eps / (K - 1)``, with
+        P from :meth:`argmax_probabilities`.
 
-        Parameters
-        ----------
-        mean, var : array of shape (n, K)
-
-        Returns
-        -------
-        array of shape (n, K)
-            Rows sum to one.
+        Arguments and returns: the contract of
+        :class:`~skgp_sparse.likelihoods.Likelihood`, with K latent functions.
         """
         P = self.argmax_probabilities(mean, var)
         miss = self.epsilon / (self.n_classes - 1)
@@ -237,19 +215,11 @@ class SoftmaxLikelihood(Likelihood):
         return mean[:, None, :] + s[:, None, :] * draws, s, draws  # (n, S, K)
 
     def expected_log_lik(self, y, mean, var):
-        """Per-row E_q[log softmax(f)_y] and its derivatives in every latent mean and variance.
+        """Per-row E_q[log softmax(f)_y] and its derivatives in every latent mean and
+        variance, on the fixed draws.
 
-        Parameters
-        ----------
-        y : array of shape (n,) or (n, 1)
-            Integer class labels in 0..K-1 (integer or whole floating values).
-        mean, var : array of shape (n, K)
-
-        Returns
-        -------
-        ell : array of shape (n, 1)
-        d_mean : array of shape (n, K)
-        d_var : array of shape (n, K)
+        Arguments and returns: the contract of
+        :class:`~skgp_sparse.likelihoods.Likelihood`, with K latent functions.
         """
         # The labels stay as given: _check_labels reads them as integers.
         xp, _, mean, var = self._inputs(y, mean, var, float_targets=False)
@@ -271,16 +241,10 @@ class SoftmaxLikelihood(Likelihood):
         return ell[:, None], d_mean, d_var
 
     def predict_proba(self, mean, var):
-        """E_q[softmax(f)] on the same fixed draws.
+        """Predictive class probabilities E_q[softmax(f)] on the same fixed draws.
 
-        Parameters
-        ----------
-        mean, var : array of shape (n, K)
-
-        Returns
-        -------
-        array of shape (n, K)
-            Rows sum to one.
+        Arguments and returns: the contract of
+        :class:`~skgp_sparse.likelihoods.Likelihood`, with K latent functions.
         """
         xp, _, mean, var = self._inputs(None, mean, var)
         f, _, _ = self._latent_draws(mean, var, xp)

@@ -109,18 +109,9 @@ class PoissonLikelihood(Likelihood):
     def expected_log_lik(self, y, mean, var):
         """Per-row E_q[log p(y | f)] and its derivatives in mean and var, in closed form.
 
-        ``E_q[log p] = y (mean + log_offset) - exp(mean + log_offset + var / 2) - log(y!)``.
-
-        Parameters
-        ----------
-        y, mean, var : array of shape (n, 1)
-            Counts, and the marginal mean and variance of the latent function.
-
-        Returns
-        -------
-        ell : array of shape (n, 1)
-        d_mean : array of shape (n, 1)
-        d_var : array of shape (n, 1)
+        ``E_q[log p] = y (mean + log_offset) - exp(mean + log_offset + var / 2) - log(y!)``
+        for the counts ``y``. Arguments and returns: the contract of
+        :class:`~skgp_sparse.likelihoods.Likelihood`, with one latent function.
         """
         xp, y, mean, var = self._inputs(y, mean, var)
         rate = self._mean_rate(mean, var, xp)

@@ -8,7 +8,7 @@ from scipy.special import betaln, digamma, gammainccinv, gammaincinv, gammaln, p
 from .. import backend, linalg
 from . import _special as special
 from ._base import Likelihood
-from ._quadrature import check_n_points, gauss_hermite, latent_nodes, rule_like
+from ._quadrature import check_n_points, gauss_hermite, latent_nodes
 
 LOG_2PI = np.log(2.0 * np.pi)
 # A Python float (array_api_strict refuses numpy scalars; float32 stays float32 with it).
@@ -192,20 +192,11 @@ class StudentTLikelihood(Likelihood):
         finite at v = 0. At large v the first form is also the more accurate estimate of
         the exact derivative, by about an order of magnitude, as g'' is sharper than g'.
 
-        Parameters
-        ----------
-        y, mean, var : array of shape (n, 1)
-            Targets, and the marginal mean and variance of the latent function.
-
-        Returns
-        -------
-        ell : array of shape (n, 1)
-        d_mean : array of shape (n, 1)
-        d_var : array of shape (n, 1)
+        Arguments and returns: the contract of
+        :class:`~skgp_sparse.likelihoods.Likelihood`, with one latent function.
         """
         shape = backend.shape_of(mean)
-        xp, y, mean, var = self._inputs(y, mean, var)
-        nodes, w = rule_like(self._nodes, self._weights, mean)
+        xp, y, mean, var, nodes, w = self._inputs_and_rule(y, mean, var)
         var = xp.reshape(var, (-1, 1))
         resid = self._residuals(y, mean, var, nodes, xp)
         nu, a2 = self.df, self.df * self.scale**2
@@ -238,8 +229,7 @@ class StudentTLikelihood(Likelihood):
             Columns in the order of :attr:`param_names`, in the namespace and on the
             device of the inputs.
         """
-        xp, y, mean, var = self._inputs(y, mean, var)
-        nodes, w = rule_like(self._nodes, self._weights, mean)
+        xp, y, mean, var, nodes, w = self._inputs_and_rule(y, mean, var)
         resid = self._residuals(y, mean, var, nodes, xp)
         nu, a2 = self.df, self.df * self.scale**2
         # share = (y - f)^2 / (df scale^2 + (y - f)^2), in [0, 1).
