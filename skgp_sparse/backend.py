@@ -429,14 +429,7 @@ def is_array(value):
 # --------------------------------------------------------------------------------------
 # the likelihoods
 # --------------------------------------------------------------------------------------
-def _in_working_float(xp, reference, arrays):
-    """``arrays`` cast to the working float of the ``reference`` arrays (no copy where
-    the dtype is already that one)."""
-    dtype = working_float(xp, *reference)
-    return tuple(a if a.dtype == dtype else xp.astype(a, dtype) for a in arrays)
-
-
-def likelihood_floats(xp, reference, *arrays):
+def likelihood_floats(xp, reference, *arrays, numpy_as_float64=True):
     """``arrays`` in the floating dtype the likelihoods compute in.
 
     Parameters
@@ -448,44 +441,25 @@ def likelihood_floats(xp, reference, *arrays):
         for a library other than numpy.
     *arrays : arrays of ``xp`` (array-likes too for numpy)
         Targets and marginals.
+    numpy_as_float64 : bool, default=True
+        numpy: True converts to float64 arrays, lists accepted and float32 widened (the
+        likelihoods' per-row terms are O(B) work, taken in float64 for an accurate
+        quadrature, as the numpy code always took them); False returns the arrays as they
+        are, for elementwise arithmetic under numpy's own promotion rules (as the
+        Gaussian likelihood always let an integer or float64 target meet float32
+        marginals).
 
     Returns
     -------
     tuple of arrays of ``xp``
-        numpy: float64 arrays, lists accepted and float32 widened (the likelihoods'
-        per-row terms are O(B) work, taken in float64 for an accurate quadrature, as
-        the numpy code always took them); another library: the working float of
+        numpy: as ``numpy_as_float64`` says; another library: the working float of
         ``reference``, so that a float32 fit on a device stays in float32 (integer
-        targets are cast to it).
+        targets are cast to it: the standard does not mix integer and floating arrays).
     """
     if xp is np:
-        return tuple(np.asarray(a, dtype=np.float64) for a in arrays)
-    return _in_working_float(xp, reference, arrays)
-
-
-def arithmetic_operands(xp, reference, *arrays):
-    """``arrays`` ready for elementwise arithmetic with the ``reference`` arrays.
-
-    Parameters
-    ----------
-    xp : namespace
-        Namespace of the call, as :func:`input_namespace` finds it.
-    reference : tuple of arrays
-        The latent marginals.
-    *arrays : arrays of ``xp``
-        Targets.
-
-    Returns
-    -------
-    tuple of arrays of ``xp``
-        numpy: the arrays as they are (numpy promotes an integer or float64 target with
-        float32 marginals by its own rules, as the Gaussian likelihood's numpy code
-        always let it); another library: cast to the working float of ``reference``
-        (the standard does not mix integer and floating arrays).
-    """
-    if xp is np:
-        return arrays
-    return _in_working_float(xp, reference, arrays)
+        return tuple(np.asarray(a, dtype=np.float64) for a in arrays) if numpy_as_float64 else arrays
+    dtype = working_float(xp, *reference)
+    return tuple(a if a.dtype == dtype else xp.astype(a, dtype) for a in arrays)
 
 
 def float_targets(y):

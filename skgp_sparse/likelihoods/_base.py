@@ -3,10 +3,6 @@
 from .. import backend
 from ._quadrature import rule_like
 
-# Not called here: the conversion is backend.likelihood_floats. The name stays importable
-# because tests/test_backend_likelihoods.py patches it to prove that numpy inputs never
-# take the Array API conversion.
-from ._quadrature import as_working_floats  # noqa: F401
 
 
 class Likelihood:

@@ -47,18 +47,3 @@ def latent_nodes(nodes, mean, var, xp=np):
     mean = xp.reshape(mean, (-1, 1))
     spread = xp.sqrt(2.0 * xp.maximum(xp.reshape(var, (-1, 1)), 0.0))
     return mean + spread * nodes
-
-
-def as_working_floats(xp, reference, *arrays):
-    """``arrays`` (inputs of a namespace other than numpy) in one floating dtype.
-
-    The dtype is the working float of the ``reference`` arrays (the latent marginals:
-    float32 when they are float32, float64 otherwise, see
-    :func:`skgp_sparse.backend.working_float`); integer targets or labels are cast to it.
-
-    Returns
-    -------
-    tuple of arrays
-    """
-    dtype = backend.working_float(xp, *reference)
-    return tuple(a if a.dtype == dtype else xp.astype(a, dtype) for a in arrays)

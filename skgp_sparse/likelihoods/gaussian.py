@@ -7,10 +7,6 @@ import numpy as np
 from .. import backend, linalg
 from ._base import Likelihood
 
-# Not called here: the conversion is backend.arithmetic_operands. The name stays importable
-# because tests/test_backend_likelihoods.py patches it to prove that numpy inputs never
-# take the Array API conversion.
-from ._quadrature import as_working_floats  # noqa: F401
 
 LOG_2PI = np.log(2.0 * np.pi)
 #: The same as a Python float: an array_api_strict array refuses numpy scalars, and a
@@ -60,7 +56,7 @@ class GaussianLikelihood(Likelihood):
             A read-only broadcast view.
         """
         xp = backend.input_namespace(y, mean, var, extra_noise)
-        (y,) = backend.arithmetic_operands(xp, (mean, var), y)
+        (y,) = backend.likelihood_floats(xp, (mean, var), y, numpy_as_float64=False)
         s2 = self.noise_variance + extra_noise
         # A Python float for a scalar noise: a numpy float64 scalar would promote float32
         # rows. (numpy's float64 scalars are Python floats, and take the same path.)
@@ -96,7 +92,7 @@ class GaussianLikelihood(Likelihood):
     def log_predictive_density(self, y, mean, var):
         """log N(y | mean, var + noise_variance), per entry."""
         xp = backend.input_namespace(y, mean, var)
-        (y,) = backend.arithmetic_operands(xp, (mean, var), y)
+        (y,) = backend.likelihood_floats(xp, (mean, var), y, numpy_as_float64=False)
         total = var + self.noise_variance
         resid = y - mean
         return -0.5 * (_LOG_2PI + xp.log(total) + resid * resid / total)

@@ -7,10 +7,6 @@ from . import _special as special
 from ._base import Likelihood
 from ._quadrature import gauss_hermite, rule_like
 
-# Not called here: the conversion is backend.likelihood_floats. The name stays importable
-# because tests/test_backend_likelihoods.py patches it to prove that numpy inputs never
-# take the Array API conversion.
-from ._quadrature import as_working_floats  # noqa: F401
 
 #: Gauss-Hermite nodes of log_predictive_density (prediction only, so generous).
 _LPD_POINTS = 64
