@@ -32,15 +32,19 @@ __all__ = [
     "is_numpy",
     "library",
     "is_foreign",
+    "is_array",
     "device_of",
     "to_namespace",
     "device_namespace",
     "to_numpy",
     "widest_float",
     "working_float",
+    "owned_float_copy",
     "shape_of",
     "input_namespace",
     "constant",
+    "likelihood_floats",
+    "float_targets",
 ]
 
 # Namespace module names -> library. Read-only lookup table (no switch): the wrapped
@@ -85,6 +89,23 @@ def is_foreign(a):
     # Checked through sys.modules so that torch is never imported by this test.
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(a, torch.Tensor)
+
+
+def is_array(value):
+    """Whether ``value`` is an array this package computes with.
+
+    Parameters
+    ----------
+    value : object
+
+    Returns
+    -------
+    bool
+        True for a numpy array and for an array of another library this package runs on
+        (:func:`is_foreign`: numpy scalars included, as they declare an Array API
+        namespace); False for lists, Python numbers and other objects.
+    """
+    return isinstance(value, np.ndarray) or is_foreign(value)
 
 
 def namespace(*arrays):
@@ -404,30 +425,7 @@ def constant(values, like, dtype=None):
 
 
 # --------------------------------------------------------------------------------------
-# the orthogonally decoupled basis
-# --------------------------------------------------------------------------------------
-__all__ += ["is_array"]
-
-
-def is_array(value):
-    """Whether ``value`` is an array this package computes with.
-
-    Parameters
-    ----------
-    value : object
-
-    Returns
-    -------
-    bool
-        True for a numpy array and for an array of another library this package runs on
-        (:func:`is_foreign`: numpy scalars included, as they declare an Array API
-        namespace); False for lists, Python numbers and other objects.
-    """
-    return isinstance(value, np.ndarray) or is_foreign(value)
-
-
-# --------------------------------------------------------------------------------------
-# the likelihoods
+# the likelihoods' inputs
 # --------------------------------------------------------------------------------------
 def likelihood_floats(xp, reference, *arrays, numpy_as_float64=True):
     """``arrays`` in the floating dtype the likelihoods compute in.

@@ -8,7 +8,7 @@ import scipy.linalg
 
 import skgp_sparse.linalg as sk_linalg
 from skgp_sparse import SparseGPClassifier, SparseGPRegressor
-from skgp_sparse.bases import coupled, inverse_free
+from skgp_sparse.bases import coupled, inverse_free, toolkit
 from skgp_sparse.elbo import VariationalModel
 from skgp_sparse.likelihoods import GaussianLikelihood, NoiseParameter
 
@@ -52,12 +52,12 @@ def dense_mean_weights(model):
     state = model.state
     if not state.settings.preconditioned_mean:
         return state.q_mean
-    outputs_of = coupled.covariance_of_output(state.q_mean.shape[1], state.sigma_sqrt.shape[0])
     mu = np.empty_like(state.q_mean)
     K = model.kernel(state.inducing)
     for c, (ls, lt) in enumerate(zip(state.sigma_sqrt, state.t_sqrt)):
         T, P = lt @ lt.T, K + ls @ ls.T
-        mu[:, outputs_of == c] = (2 * T - T @ P @ T) @ state.q_mean[:, outputs_of == c]
+        cols = toolkit.output_columns(state.sigma_sqrt.shape[0], c)
+        mu[:, cols] = (2 * T - T @ P @ T) @ state.q_mean[:, cols]
     return mu
 
 

@@ -213,7 +213,7 @@ def state_to(state, convert):
     if dataclasses.is_dataclass(state) and not isinstance(state, type):
         changes = {f.name: state_to(getattr(state, f.name), convert) for f in dataclasses.fields(state) if f.init}
         return dataclasses.replace(state, **changes)
-    if isinstance(state, np.ndarray) or backend.is_foreign(state):
+    if backend.is_array(state):
         return convert(state)
     if isinstance(state, np.random.Generator):
         # Its own stream: drawing from the moved state must not advance the original.

@@ -35,7 +35,15 @@ import numpy as np
 from . import _collapsed
 from .contract import Basis
 from .state import VariationalState, cache_field
-from .toolkit import blocks, cross_and_diagonal, factor_kzz, signed_gram, summed_var_adjoint
+from .toolkit import (
+    blocks,
+    cross_and_diagonal,
+    factor_kzz,
+    join_output_columns,
+    output_columns,
+    signed_gram,
+    summed_var_adjoint,
+)
 from .. import backend as be
 from ..linalg import (
     CholeskyError,
@@ -112,11 +120,6 @@ def init_state(inducing, n_outputs, n_covariances, n_orthogonal=0):
     xp, Z = be.owned_float_copy(inducing)
     q_sqrt = xp.stack([eye(m, Z)] * n_covariances)
     return CoupledState(Z, xp.zeros((m, n_outputs), dtype=Z.dtype, device=be.device_of(Z)), q_sqrt)
-
-
-def covariance_of_output(n_outputs, n_covariances):
-    """Index of the covariance factor used by each output."""
-    return np.zeros(n_outputs, dtype=int) if n_covariances == 1 else np.arange(n_outputs)
 
 
 #: The folded form evaluates k_xz W k_zx with W holding -K_zz^-1; its rounding error is about
@@ -415,15 +418,14 @@ def natural_step(tape, state, d_mean, d_var, step):
             return add_to_diagonal((1.0 - step) * prec_old - (2.0 * step / outputs_per_cov) * gram, step, xp)
 
         prec, low_new, grams = _factored_precision(new_precision, grams, c, tape, h_sum)
-        # The outputs of covariance c (covariance_of_output): all of them, or output c.
-        cols = slice(None) if n_cov == 1 else slice(c, c + 1)
+        cols = output_columns(n_cov, c)
         shift = (1.0 - step) * mm(prec_old, state.q_mean[:, cols])
         target = d_mean[:, cols] - 2.0 * h[:, c : c + 1] * tape.mean[:, cols]
         shift = shift + step * tape.a_times(target)
         means.append(tri_mm(low_new, tri_mm(low_new, shift, trans=True)))
         sqrts.append(low_new)
         precs.append(prec)
-    new_mean = means[0] if n_cov == 1 else xp.concat(means, axis=1)
+    new_mean = join_output_columns(means, xp)
     return CoupledState(state.inducing, new_mean, xp.stack(sqrts), xp.stack(precs))
 
 

@@ -140,7 +140,7 @@ import numpy as np
 from .contract import Basis
 from .coupled import CoupledPredictor
 from .state import VariationalState
-from .toolkit import blocks, cross_and_diagonal, summed_var_adjoint
+from .toolkit import blocks, cross_and_diagonal, join_output_columns, output_columns, summed_var_adjoint
 from .. import backend as be
 from ..linalg import (
     CholeskyError,
@@ -484,14 +484,8 @@ def _sym(a):
 
 
 def _columns(state, c):
-    """The outputs (columns of ``q_mean``) of covariance c, as a slice: all of them with
-    one shared covariance, else output c (:func:`.coupled.covariance_of_output`)."""
-    return slice(None) if state.sigma_sqrt.shape[0] == 1 else slice(c, c + 1)
-
-
-def _by_columns(parts, xp):
-    """The (M, P) array whose columns are the parts of each covariance, in order."""
-    return parts[0] if len(parts) == 1 else xp.concat(parts, axis=1)
+    """The outputs (columns of ``q_mean``) of covariance c (:func:`.toolkit.output_columns`)."""
+    return output_columns(state.sigma_sqrt.shape[0], c)
 
 
 def _diagonal_matrix(v, like):
@@ -533,7 +527,7 @@ def mean_weights(state, ws):
     if not state.settings.preconditioned_mean:
         return state.q_mean
     xp = be.namespace(state.q_mean)
-    return _by_columns([-mm(w, state.q_mean[:, _columns(state, c)]) for c, w in enumerate(ws)], xp)
+    return join_output_columns([-mm(w, state.q_mean[:, _columns(state, c)]) for c, w in enumerate(ws)], xp)
 
 
 def refine_t(kzz, state):
@@ -718,7 +712,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
     theta_d = tape.back_diag(xp.sum(h, axis=1))
     bars = {"inducing": z_zz + z_zx}
     if "q_mean" in fields:
-        bars["q_mean"] = _by_columns(mean_bars, xp) if preconditioned else mu_bar
+        bars["q_mean"] = join_output_columns(mean_bars, xp) if preconditioned else mu_bar
     if "sigma_sqrt" in fields:
         bars["sigma_sqrt"] = xp.stack(sig_bars)
     if "t_sqrt" in fields:
@@ -772,11 +766,11 @@ def natural_step(tape, state, d_mean, d_var, step):
     if settings.preconditioned_mean:
         # The pseudo-targets whose mean under the new Sigma is the new mu: m~ = (K + Sigma') mu'
         # (products only; exact once T has followed Sigma', see mean_weights).
-        new_mean = _by_columns(
+        new_mean = join_output_columns(
             [mm(kzz, part) + tri_mm(sig, tri_mm(sig, part, trans=True)) for part, sig in zip(mus, sigs)], xp
         )
     else:
-        new_mean = _by_columns(mus, xp)
+        new_mean = join_output_columns(mus, xp)
     # One read for the three checks.
     if not bool(xp.all(xp.isfinite(new_mean)) & xp.all(xp.isfinite(new_sig)) & xp.all(xp.isfinite(new_t))):
         raise CholeskyError("the product-only natural step produced non-finite values")

@@ -24,6 +24,18 @@ def summed_var_adjoint(d_var, n_covariances):
     return be.namespace(d_var).sum(d_var, axis=1, keepdims=True)
 
 
+def output_columns(n_covariances, c):
+    """The outputs (columns of a (M, P) mean) that covariance ``c`` serves, as a slice:
+    all of them when one covariance is shared, else output ``c`` alone."""
+    return slice(None) if n_covariances == 1 else slice(c, c + 1)
+
+
+def join_output_columns(parts, xp):
+    """The (M, P) array whose columns are the parts of each covariance, in order (the
+    inverse of :func:`output_columns`)."""
+    return parts[0] if len(parts) == 1 else xp.concat(parts, axis=1)
+
+
 def signed_gram(a, h):
     """A diag(h) A^T for A of shape (M, B): one SYRK when h has one sign (always, for
     a log-concave likelihood), a scaled gram when h is constant (Gaussian noise), a

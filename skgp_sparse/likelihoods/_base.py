@@ -4,7 +4,6 @@ from .. import backend
 from ._quadrature import rule_like
 
 
-
 class Likelihood:
     """Base class of the observation models.
 

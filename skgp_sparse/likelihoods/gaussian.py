@@ -7,7 +7,6 @@ import numpy as np
 from .. import backend, linalg
 from ._base import Likelihood
 
-
 LOG_2PI = np.log(2.0 * np.pi)
 #: The same as a Python float: an array_api_strict array refuses numpy scalars, and a
 #: float32 array stays float32 next to a Python float.

@@ -7,7 +7,6 @@ from . import _special as special
 from ._base import Likelihood
 from ._quadrature import gauss_hermite, rule_like
 
-
 #: Gauss-Hermite nodes of log_predictive_density (prediction only, so generous).
 _LPD_POINTS = 64
 
