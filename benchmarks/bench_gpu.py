@@ -12,7 +12,11 @@ c. the GPU step against our numpy (CPU) step at the same settings (the CPU side 
    ``--cpu-max-m`` only, and ``--cpu-steps`` steps: its large-M steps take seconds each);
 d. diamonds test RMSE and NLPD of ``SparseGPRegressor(backend="cupy")`` in float64 and float32
    against ``backend="numpy"`` (M=256, batch 1024, 25 epochs, the CPU benchmark's split and
-   settings).
+   settings);
+e. whole default fits, every setting at its default but ``backend`` and ``dtype``: on diamonds
+   the GPU against the CPU (accuracy and time), and on the million-row friedman1 set (noise
+   sd 0.2, known noise floor) the time to the floor (the CPU side there with
+   ``--cpu-default-sets friedman1``).
 
 The grid of a-c is M in {256, 1024, 4096} x batch in {1024, 8192} x {float32, float64}. The
 contenders of one grid point are timed in turns (``--repeats`` rounds, the order rotated each
@@ -22,7 +26,7 @@ best median of the rounds counts.
 
     python benchmarks/bench_gpu.py                    # all sections, ours on CuPy (20-30 min)
     python benchmarks/bench_gpu.py --library torch    # ours on PyTorch's CUDA device instead
-    python benchmarks/bench_gpu.py --only steps       # sections a-c only (or: --only accuracy)
+    python benchmarks/bench_gpu.py --only steps       # sections a-c only (--only accuracy: d, defaults: e)
     python benchmarks/bench_gpu.py --quick            # GPU smoke run: tiny grid, seconds
     python benchmarks/bench_gpu.py --cpu-smoke        # no GPU: everything on torch CPU, tiny grid
 
@@ -297,6 +301,53 @@ def accuracy(target, args, errors):
     return rows
 
 
+def default_fits(target, args, errors):
+    """e: the default regressor on ``--default-sets``, numpy against the GPU library.
+
+    Every setting is the estimator's default (stopping rule, search, batch size, kernel) but
+    ``backend`` and ``dtype``; the numpy fit runs on ``--cpu-threads`` threads and only on the
+    sets named in ``--cpu-default-sets``. Rows give the fit's seconds, epochs, steps,
+    ``converged_``, and test RMSE and NLPD beside the set's noise floor (synthetic sets).
+    """
+    from skgp_sparse import SparseGPRegressor
+
+    rows = []
+    route = args.accuracy_route or ("backend" if target.on_gpu else "dispatch")
+    for name in args.default_sets:
+        X, Xt, y, yt, info = load_regression(name, quick=args.quick, return_info=True)
+        runs = [(target.library, dtype) for dtype in args.dtypes]
+        if name in args.cpu_default_sets:
+            runs.insert(0, ("numpy", "float64"))
+        for lib, dtype in runs:
+            if lib == "numpy":
+                fit = lambda: _cpu_fit(SparseGPRegressor(), X, y, args)  # noqa: E731
+            else:
+                fit = lambda dtype=dtype: _fit_on(target, route, {}, X, y, dtype)  # noqa: E731
+
+            def timed(fit=fit):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    start = time.perf_counter()
+                    reg = fit()
+                    target.sync()
+                    return reg, time.perf_counter() - start
+
+            out = _attempt(errors, f"default {name} {lib} {dtype}", timed)
+            if out is None:
+                continue
+            reg, fit_s = out
+            with threadpool_limits(args.cpu_threads):
+                mean, std = reg.predict(Xt, return_std=True)
+            rows.append(dict(data=name, n_train=len(X), library=lib, dtype=dtype, fit_s=fit_s, epochs=reg.n_iter_,
+                             n_steps=reg.n_steps_, converged=bool(reg.converged_), rmse=rmse(yt, mean),
+                             nlpd=gaussian_nlpd(yt, mean, std**2),
+                             floor_rmse=None if info is None else info["noise_floor_rmse"],
+                             floor_nlpd=None if info is None else info["nlpd_floor"]))
+            print(rows[-1], flush=True)
+            target.free()
+    return rows
+
+
 def _cpu_fit(reg, X, y, args):
     with threadpool_limits(args.cpu_threads):
         return reg.fit(X, y)
@@ -348,6 +399,16 @@ def markdown(results):
             lines.append(f"| {r['basis']} | {r['kernel']} | {r['library']} | {r['dtype']} | {r['epochs']} | "
                          f"{r['fit_s']:.1f} | {r['rmse']:.4f} | {r['nlpd']:.3f} | {r['elbo']:.6g} |")
         lines.append("")
+    defaults = results.get("defaults") or []
+    if defaults:
+        lines += ["| data | rows | library | dtype | fit s | epochs | steps | converged | test RMSE | test NLPD "
+                  "| floor RMSE | floor NLPD |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in defaults:
+            floor = ("-", "-") if r["floor_rmse"] is None else (f"{r['floor_rmse']:.4f}", f"{r['floor_nlpd']:.3f}")
+            lines.append(f"| {r['data']} | {r['n_train']:,} | {r['library']} | {r['dtype']} | {r['fit_s']:.1f} | "
+                         f"{r['epochs']} | {r['n_steps']} | {r['converged']} | {r['rmse']:.4f} | {r['nlpd']:.3f} | "
+                         f"{floor[0]} | {floor[1]} |")
+        lines.append("")
     skipped = results.get("skipped") or {}
     if skipped:
         lines.append("Skipped (did not run in this checkout or on this machine):")
@@ -360,7 +421,7 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--library", choices=["cupy", "torch"], default="cupy", help="array library of our GPU side")
     parser.add_argument("--device", default="cuda", help="cuda or cuda:<i> (default cuda)")
-    parser.add_argument("--only", choices=["steps", "accuracy"], default=None)
+    parser.add_argument("--only", choices=["steps", "accuracy", "defaults"], default=None)
     parser.add_argument("--quick", action="store_true", help="GPU smoke run: tiny grid and data")
     parser.add_argument("--cpu-smoke", action="store_true",
                         help="no GPU needed: ours and GPyTorch on torch CPU, tiny grid (checks the script only)")
@@ -380,6 +441,10 @@ def main():
     parser.add_argument("--accuracy-route", choices=["backend", "dispatch"], default=None,
                         help="backend: numpy input and backend=<library> (default on a GPU); dispatch: "
                              "arrays of the library under array_api_dispatch (default with --cpu-smoke)")
+    parser.add_argument("--default-sets", nargs="+", default=["diamonds", "friedman1"],
+                        help="e: sets of the whole default fits")
+    parser.add_argument("--cpu-default-sets", nargs="+", default=["diamonds"],
+                        help="e: sets whose default fit also runs on numpy (the CPU)")
     args = parser.parse_args()
 
     grid = [(M, b) for M in (256, 1024, 4096) for b in (1024, 8192)]
@@ -412,6 +477,8 @@ def main():
         skipped.update(errors)
     if args.only in (None, "accuracy"):
         results["accuracy"] = accuracy(target, args, skipped)
+    if args.only in (None, "defaults"):
+        results["defaults"] = default_fits(target, args, skipped)
     results["skipped"] = skipped
 
     results_dir.mkdir(parents=True, exist_ok=True)
