@@ -74,21 +74,30 @@ def _compat():
 # --------------------------------------------------------------------------------------
 # namespaces, devices and conversions
 # --------------------------------------------------------------------------------------
+#: (module, class) of the array types that do not declare ``__array_namespace__``.
+_UNDECLARED_ARRAY_CLASSES = (("torch", "Tensor"), ("cupy", "ndarray"))
+
+
 def is_foreign(a):
     """Whether ``a`` is an array of a library other than numpy that this package runs on.
 
-    True for objects that declare an Array API namespace (``__array_namespace__``: CuPy,
-    ``array_api_strict``, JAX) and for PyTorch tensors, which do not declare one. False
-    for numpy arrays and for everything else (lists, pandas or Dask objects), which the
-    callers keep converting with ``np.asarray`` as before.
+    True for objects that declare an Array API namespace (``__array_namespace__``:
+    ``array_api_strict``, JAX) and for the arrays of the libraries that do not declare one,
+    PyTorch tensors and CuPy arrays (CuPy 14's ``ndarray`` has no ``__array_namespace__``).
+    False for numpy arrays and for everything else (lists, pandas or Dask objects), which
+    the callers keep converting with ``np.asarray`` as before.
     """
     if isinstance(a, np.ndarray):
         return False
     if hasattr(type(a), "__array_namespace__"):
         return True
-    # Checked through sys.modules so that torch is never imported by this test.
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(a, torch.Tensor)
+    # Checked through sys.modules so that this test never imports a library: an array of
+    # one exists only once the library is imported.
+    for module_name, array_class in _UNDECLARED_ARRAY_CLASSES:
+        module = sys.modules.get(module_name)
+        if module is not None and isinstance(a, getattr(module, array_class)):
+            return True
+    return False
 
 
 def is_array(value):

@@ -6,6 +6,8 @@ leaks to the host) and on PyTorch's CPU tensors when torch is installed, and com
 with the numpy result: to 1e-12 in float64, to the stated tolerance in float32.
 """
 
+import sys
+import types
 import warnings
 
 import numpy as np
@@ -98,6 +100,21 @@ def test_namespace_of_other_libraries(foreign):
     assert be.is_foreign(a)
     assert not be.is_numpy(xp)
     assert be.library(xp) == ("torch" if foreign.name == "torch" else "array_api_strict")
+
+
+def test_arrays_that_declare_no_namespace_are_foreign(monkeypatch):
+    """CuPy 14's ndarray, like a torch tensor, declares no ``__array_namespace__``: it is
+    recognised by its class, read from sys.modules (nothing is imported for the test)."""
+
+    class FakeCupyArray:  # no __array_namespace__, as cupy.ndarray
+        pass
+
+    fake_cupy = types.ModuleType("cupy")
+    fake_cupy.ndarray = FakeCupyArray
+    assert not be.is_foreign(FakeCupyArray())  # the library is not imported: no such array
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    assert be.is_foreign(FakeCupyArray())
+    assert not be.is_foreign(object()) and not be.is_foreign(np.zeros(1))
 
 
 def test_mixing_libraries_is_refused(foreign):
