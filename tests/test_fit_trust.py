@@ -388,7 +388,6 @@ def test_tol_zero_does_not_stop_a_fit_that_is_still_climbing(monkeypatch):
     assert not reg.converged_ and reg.n_iter_ == 40
 
 
-
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_a_slow_climb_with_a_steady_pull_is_not_taken_for_the_optimum(monkeypatch):
     """A plateau made to order: without the exact search, Adam's steps of 5e-4 on the
@@ -415,6 +414,7 @@ def test_a_slow_climb_with_a_steady_pull_is_not_taken_for_the_optimum(monkeypatc
     assert pulled.n_iter_ > 3 * elbo_only.n_iter_
     rise = (pulled.log_marginal_likelihood_value_ - elbo_only.log_marginal_likelihood_value_) / X.shape[0]
     assert rise > 0.005, f"{rise:.4f} nats per row"
+
 
 @pytest.mark.parametrize("make", [SparseGPRegressor, SparseGPClassifier])
 def test_the_stopping_rule_ending_a_fit_sets_converged(make):
