@@ -257,6 +257,24 @@ def _fit_on(target, route, settings, X, y, dtype):
         return SparseGPRegressor(**params).fit(Xd, yd)
 
 
+def _timed(fit, target):
+    """``fit()``'s estimator and its seconds, the device synchronised before the clock is
+    read, warnings silenced (the benchmark reports what the fit reached)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        start = time.perf_counter()
+        reg = fit()
+        target.sync()
+        return reg, time.perf_counter() - start
+
+
+def _test_scores(reg, Xt, yt, args):
+    """Test RMSE and NLPD of the fitted regressor ``reg`` (predicting on the CPU side's threads)."""
+    with threadpool_limits(args.cpu_threads):
+        mean, std = reg.predict(Xt, return_std=True)
+    return dict(rmse=rmse(yt, mean), nlpd=gaussian_nlpd(yt, mean, std**2))
+
+
 def accuracy(target, args, errors):
     """Test RMSE/NLPD on diamonds of the numpy fit and of the GPU fits (float64, float32)."""
     from skgp_sparse import SparseGPRegressor
@@ -274,27 +292,14 @@ def accuracy(target, args, errors):
             for dtype in args.dtypes:
                 runs.append((target.library, dtype, lambda s=settings, dt=dtype: _fit_on(target, route, s, X, y, dt)))
             for lib, dtype, fit in runs:
-                key = f"accuracy {basis} {kernel} {lib} {dtype}"
-
-                def timed(fit=fit):
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        start = time.perf_counter()
-                        reg = fit()
-                        target.sync()
-                        return reg, time.perf_counter() - start
-
-                out = _attempt(errors, key, timed)
+                out = _attempt(errors, f"accuracy {basis} {kernel} {lib} {dtype}", lambda fit=fit: _timed(fit, target))
                 if out is None:
                     continue
                 reg, fit_s = out
-                with threadpool_limits(args.cpu_threads):
-                    mean, std = reg.predict(Xt, return_std=True)
                 rows.append(dict(basis=basis, kernel=kernel, library=lib, dtype=dtype,
                                  route=None if lib == "numpy" else route, n_inducing=args.accuracy_m,
                                  epochs=reg.n_iter_, n_steps=reg.n_steps_, fit_s=fit_s,
-                                 rmse=rmse(yt, mean), nlpd=gaussian_nlpd(yt, mean, std**2),
-                                 elbo=float(reg.log_marginal_likelihood_value_),
+                                 **_test_scores(reg, Xt, yt, args), elbo=float(reg.log_marginal_likelihood_value_),
                                  noise=float(reg.noise_variance_), kernel_fitted=str(reg.kernel_)))
                 print(rows[-1], flush=True)
             target.free()
@@ -323,24 +328,12 @@ def default_fits(target, args, errors):
                 fit = lambda: _cpu_fit(SparseGPRegressor(), X, y, args)  # noqa: E731
             else:
                 fit = lambda dtype=dtype: _fit_on(target, route, {}, X, y, dtype)  # noqa: E731
-
-            def timed(fit=fit):
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    start = time.perf_counter()
-                    reg = fit()
-                    target.sync()
-                    return reg, time.perf_counter() - start
-
-            out = _attempt(errors, f"default {name} {lib} {dtype}", timed)
+            out = _attempt(errors, f"default {name} {lib} {dtype}", lambda fit=fit: _timed(fit, target))
             if out is None:
                 continue
             reg, fit_s = out
-            with threadpool_limits(args.cpu_threads):
-                mean, std = reg.predict(Xt, return_std=True)
             rows.append(dict(data=name, n_train=len(X), library=lib, dtype=dtype, fit_s=fit_s, epochs=reg.n_iter_,
-                             n_steps=reg.n_steps_, converged=bool(reg.converged_), rmse=rmse(yt, mean),
-                             nlpd=gaussian_nlpd(yt, mean, std**2),
+                             n_steps=reg.n_steps_, converged=bool(reg.converged_), **_test_scores(reg, Xt, yt, args),
                              floor_rmse=None if info is None else info["noise_floor_rmse"],
                              floor_nlpd=None if info is None else info["nlpd_floor"]))
             print(rows[-1], flush=True)
