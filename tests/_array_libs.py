@@ -1,4 +1,5 @@
-"""Test data in another array library: array_api_strict (on a chosen device) or PyTorch on the CPU.
+"""Test data in another array library: array_api_strict (on a chosen device) or PyTorch on the CPU;
+and the check that a GPU library has a usable device.
 
 Shared by the tests that run the package on arrays of libraries other than numpy.
 """
@@ -43,6 +44,28 @@ class Lib:
         host = be.to_numpy(out)
         assert host.dtype == dtype, (host.dtype, dtype)
         return host
+
+
+def require_gpu(name):
+    """The module of GPU library ``name`` (``"cupy"`` or ``"torch"``) when it has a usable
+    CUDA device; otherwise a pytest skip that says what is missing."""
+    if name == "cupy":
+        cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+        try:
+            n_devices = cupy.cuda.runtime.getDeviceCount()
+            # A device that is listed but unusable (driver mismatch) fails here.
+            float(cupy.arange(3.0).sum())
+        except Exception as exc:  # CUDARuntimeError and friends when there is no driver
+            pytest.skip(f"CuPy is installed but has no usable CUDA device ({type(exc).__name__}: {exc})")
+        if n_devices == 0:
+            pytest.skip("CuPy is installed but sees no GPU")
+        return cupy
+    if name == "torch":
+        torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+        if not torch.cuda.is_available():
+            pytest.skip("PyTorch sees no CUDA device")
+        return torch
+    raise ValueError(name)
 
 
 def close(actual, expected, rtol, scale=None):

@@ -4,7 +4,9 @@
 on arrays of another library and device, then compares fitted arrays and every
 prediction method: same values (``check_values=True``), each output in the input's
 library, on its device, of the numpy output's dtype. Run here for array_api_strict (its
-CPU device and "device1") and PyTorch on the CPU, with and without sample weights.
+CPU device and "device1") and PyTorch on the CPU, with and without sample weights, and,
+marked ``gpu`` and skipped with the reason where there is no CUDA device, for CuPy and
+PyTorch on CUDA.
 
 The model itself (``variational_state_``, ``predictor_``) stays numpy, so that a model
 fitted on a GPU pickles and predicts anywhere; the one fitted array attribute scikit-learn
@@ -22,6 +24,7 @@ from sklearn.utils.estimator_checks import check_array_api_input
 
 from skgp_sparse import SparseGPClassifier, SparseGPRegressor
 from skgp_sparse.bases import BASES
+from ._array_libs import require_gpu
 from ._fit_checks import without_search
 
 pytest.importorskip("array_api_strict")
@@ -32,6 +35,8 @@ NAMESPACES = [
     ("array_api_strict", None),
     ("array_api_strict", "device1"),
     ("torch", "cpu"),
+    pytest.param("cupy", None, marks=pytest.mark.gpu),
+    pytest.param("torch", "cuda", marks=pytest.mark.gpu),
 ]
 
 
@@ -60,6 +65,8 @@ def _estimators():
 @pytest.mark.parametrize("namespace, device", NAMESPACES, ids=lambda v: str(v))
 @pytest.mark.parametrize("sample_weight", [False, True], ids=["unweighted", "weighted"])
 def test_check_array_api_input(estimator, namespace, device, sample_weight):
+    if namespace == "cupy" or device == "cuda":
+        require_gpu(namespace)
     check_values = True
     if namespace == "torch":
         pytest.importorskip("torch")

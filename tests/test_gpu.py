@@ -38,6 +38,7 @@ from skgp_sparse import backend
 from skgp_sparse.bases import ORTHOGONAL_BASES
 
 from . import _fit_checks as fc
+from ._array_libs import require_gpu
 
 pytestmark = pytest.mark.gpu
 
@@ -88,27 +89,11 @@ class DeviceLib:
 
 def make_device_lib(name):
     """The :class:`DeviceLib` of ``name``, or a pytest skip that says what is missing."""
+    module = require_gpu(name)
     if name == "cupy":
-        try:
-            import cupy
-        except ImportError:
-            pytest.skip("CuPy is not installed")
-        try:
-            n_devices = cupy.cuda.runtime.getDeviceCount()
-            # A device that is listed but unusable (driver mismatch) fails here.
-            float(cupy.arange(3.0).sum())
-        except Exception as exc:  # CUDARuntimeError and friends when there is no driver
-            pytest.skip(f"CuPy is installed but has no usable CUDA device ({type(exc).__name__}: {exc})")
-        if n_devices == 0:
-            pytest.skip("CuPy is installed but sees no GPU")
-        return DeviceLib("cupy", "cupy", backend.namespace(cupy.empty(0)), cupy.cuda.Device(), cupy.ndarray)
-    if name == "torch":
-        torch = pytest.importorskip("torch", reason="PyTorch is not installed")
-        if not torch.cuda.is_available():
-            pytest.skip("PyTorch sees no CUDA device")
-        device = torch.device("cuda", torch.cuda.current_device())
-        return DeviceLib("torch", "torch", backend.namespace(torch.empty(0)), device, torch.Tensor)
-    raise ValueError(name)
+        return DeviceLib("cupy", "cupy", backend.namespace(module.empty(0)), module.cuda.Device(), module.ndarray)
+    device = module.device("cuda", module.cuda.current_device())
+    return DeviceLib("torch", "torch", backend.namespace(module.empty(0)), device, module.Tensor)
 
 
 @pytest.fixture(params=["cupy", "torch"])
