@@ -466,7 +466,7 @@ def likelihood_floats(xp, reference, *arrays, numpy_as_float64=True):
     if xp is np:
         return tuple(np.asarray(a, dtype=np.float64) for a in arrays) if numpy_as_float64 else arrays
     dtype = working_float(xp, *reference)
-    return tuple(a if a.dtype == dtype else xp.astype(a, dtype) for a in arrays)
+    return tuple(xp.astype(a, dtype, copy=False) for a in arrays)
 
 
 def float_targets(y):

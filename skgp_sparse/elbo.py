@@ -376,7 +376,7 @@ def _in_float_of(reference, *arrays):
     inputs in float64 (O(B) work, more accurate quadrature); in a float32 fit their
     adjoints go back to the basis in float32, so that its O(B M^2) products stay there."""
     xp = backend.namespace(reference)
-    return tuple(a if a.dtype == reference.dtype else xp.astype(a, reference.dtype) for a in arrays)
+    return tuple(xp.astype(a, reference.dtype, copy=False) for a in arrays)
 
 
 def _total(a):

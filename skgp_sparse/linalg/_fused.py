@@ -89,16 +89,10 @@ def prior_minus_squares(kdiag, a):
     return out
 
 
-@numba.njit(cache=True)
-def add_column_squares(base, a, out_col):
-    """``base + colsum(a * a)`` written into ``out_col``."""
-    return add_column_products(base, a, a, out_col)
-
-
 def column_variances(kdiag, a, lt_a_list):
     """var_c = kdiag - colsum(A^2) + colsum((L_c^T A)^2) for each covariance, (B, C)."""
     prior = prior_minus_squares(kdiag, a)
     var = np.empty((len(lt_a_list), a.shape[1]), dtype=a.dtype)
     for c, lta in enumerate(lt_a_list):
-        add_column_squares(prior, lta, var[c])
+        add_column_products(prior, lta, lta, var[c])
     return var.T

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import backend
+from ..linalg import copy_array
 
 
 class NonFiniteELBOError(FloatingPointError):
@@ -66,12 +67,7 @@ def array_batches(X, Y, batch_size):
 
 def _snapshot(model):
     """Copies of everything one step changes: enough to undo a half-committed step."""
-    return model.state, {name: _copy(value) for name, value in model.adam_params().items()}
-
-
-def _copy(a):
-    """A copy of a parameter, in its library and on its device."""
-    return backend.namespace(a).asarray(a, copy=True)
+    return model.state, {name: copy_array(value) for name, value in model.adam_params().items()}
 
 
 def _all_finite(g):
