@@ -39,31 +39,33 @@ STALLS = ("cudaMemcpy", "cudaMemcpyAsync", "cudaStreamSynchronize", "cudaDeviceS
           "cuStreamSynchronize", "cuCtxSynchronize")
 
 
-def _contenders(names, X, y, Z, batch, dtype, args, basis):
-    """name -> callable running ``args.n_steps`` steps (after warm-up) and returning seconds."""
+def _ours_on(name, device):
+    """The namespace and device of our step on library ``name`` ("cupy": its current device)."""
     from skgp_sparse import backend
 
+    if name == "cupy":
+        import cupy
+
+        return backend.namespace(cupy.empty(0)), None
+    import torch
+
+    return backend.namespace(torch.empty(0)), torch.device(device)
+
+
+def _contenders(names, X, y, Z, batch, dtype, args, basis):
+    """name -> callable that runs ``args.n_steps`` steps and returns the median step's seconds."""
     out = {}
     device = "cpu" if args.cpu_smoke else "cuda"
     for name in names:
-        if name == "cupy":
-            import cupy
-
-            xp = backend.namespace(cupy.empty(0))
-            out[name] = lambda xp=xp: time_our_step(X, y, Z, batch, args.n_steps, n_warmup=0, xp=xp, dtype=dtype,
-                                                    **basis_settings(basis, args.M))
-        elif name == "torch":
-            import torch
-
-            xp = backend.namespace(torch.empty(0))
-            dev = torch.device(device)
-            out[name] = lambda xp=xp, dev=dev: time_our_step(X, y, Z, batch, args.n_steps, n_warmup=0, xp=xp,
-                                                             device=dev, dtype=dtype, **basis_settings(basis, args.M))
-        elif name == "gpytorch":
+        if name == "gpytorch":
             from _gpytorch_peer import time_gpytorch_step
 
             out[name] = lambda: time_gpytorch_step(X, y, Z, batch, args.n_steps, mode="ngd", n_warmup=0,
                                                    threads=args.threads, device=device, dtype=dtype)
+        else:
+            xp, dev = _ours_on(name, device)
+            out[name] = lambda xp=xp, dev=dev: time_our_step(X, y, Z, batch, args.n_steps, n_warmup=0, xp=xp,
+                                                             device=dev, dtype=dtype, **basis_settings(basis, args.M))
     return out
 
 
