@@ -236,8 +236,7 @@ class VariationalModel:
         Y, weights, var, extra = self._split(Y, var)
         ell, d_mean, d_var = self._weighted(weights, *self.likelihood.expected_log_lik(Y, mean, var, **extra))
         d_mean, d_var = _in_float_of(mean, d_mean, d_var)
-        kl = float(self.basis.kl_divergence(self.kernel, self.state, self.jitter, tape))
-        elbo = scale * float(xp.sum(ell)) - kl
+        elbo = scale * float(xp.sum(ell)) - self._kl(tape)
         if not need_grad:
             return BatchResult(elbo, {}, None, None, None)
         d_mean = scale * d_mean
@@ -359,9 +358,12 @@ class VariationalModel:
     def elbo_of_chunks(self, chunks, scale=1.0):
         """``scale`` times the expected log-likelihood of the rows of ``chunks`` (an
         iterable of (X, Y)) minus the KL, in nats: the exact ELBO when they are every row."""
-        # A float (for a 0-d array of another library, one float back to the host).
-        kl = float(self.basis.kl_divergence(self.kernel, self.state, self.jitter))
-        return scale * self.expected_log_lik_sum(chunks) - kl
+        return scale * self.expected_log_lik_sum(chunks) - self._kl()
+
+    def _kl(self, tape=None):
+        """KL(q || prior) as a float (for a 0-d array of another library, one float back
+        to the host); a tape of the current parameters saves recomputing kernel matrices."""
+        return float(self.basis.kl_divergence(self.kernel, self.state, self.jitter, tape))
 
     def diagnostics(self):
         """The basis's diagnostics of the current state (``{}`` when it offers none)."""

@@ -114,15 +114,18 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         default = inspect.signature(type(self).__init__).parameters["n_inducing"].default
         Z = initial_inducing_points(self.inducing_init, self.n_inducing, self.n_orthogonal, sample, kernel, rng,
                                     n_inducing_chosen=self.n_inducing != default)
-        n_outputs, n_covariances = self._latent_shape()
         # With fewer distinct rows than points asked for (clipped, with a warning), the
         # orthogonal set gives way first: the first set needs at least one point.
         n_orthogonal = min(self.n_orthogonal, Z.shape[0] - 1)
-        state = BASES[self.basis].init_state(
+        return self._build_model(kernel, self._init_state(Z, n_orthogonal, rng), n_data)
+
+    def _init_state(self, Z, n_orthogonal, rng):
+        """q(u) at the prior on the inducing inputs Z (the second set's size ``n_orthogonal``)."""
+        n_outputs, n_covariances = self._latent_shape()
+        return BASES[self.basis].init_state(
             Z, n_outputs=n_outputs, n_covariances=n_covariances, n_orthogonal=n_orthogonal,
             **BASES[self.basis].init_options(self.get_params(deep=False), rng),
         )
-        return self._build_model(kernel, state, n_data)
 
     def _search_model(self, model, n_rows, learn_inducing=False):
         """The model of a stage of the exact search that starts a fresh fit: a copy of
@@ -146,6 +149,20 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         search.jitter = model.jitter
         return search
 
+    def _missing_entries(self, y):
+        """y with its missing entries filled for validation, and where they are (None: y
+        has none, or the estimator takes none; the default)."""
+        return y, None
+
+    @staticmethod
+    def _with_missing(y, missing):
+        """The validated y with its missing entries back as NaN."""
+        if missing is None:
+            return y
+        y = np.array(y, dtype=np.float64)
+        y[missing.reshape(y.shape)] = np.nan
+        return y
+
     def _layout(self, Y, weights, known_noise):
         """The model's target layout for this call, and the training array it reads."""
         layout = TargetLayout(
@@ -159,7 +176,9 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         settings = FitSettings.from_estimator(self)
         check_basis_options(self.basis, self.n_orthogonal)
         rng = generator_from(self.random_state)
+        y, missing = self._missing_entries(y)
         rows, y = training_rows(self, X, y, rng, **self._data_checks)
+        y = self._with_missing(y, missing)
         weights = check_sample_weight(sample_weight, rows.n_rows)
         warm = self.warm_start and hasattr(self, "variational_state_")
         Y = self._fit_targets(y, weights, warm)
@@ -185,7 +204,9 @@ class SparseGPBase(BoundMethods, BaseEstimator):
             check_basis_options(self.basis, self.n_orthogonal)
         stream = getattr(self, "_stream_state", None)
         rng = generator_from(self.random_state) if stream is None else stream.rng
+        y, missing = self._missing_entries(y)
         rows, y = training_rows(self, X, y, rng, reset=first, **self._data_checks)
+        y = self._with_missing(y, missing)
         weights = check_sample_weight(sample_weight, rows.n_rows)
         Y = self._stream_targets(y, weights, first, classes)
         n_seen = rows.n_rows + (0 if first else self.n_rows_seen_)

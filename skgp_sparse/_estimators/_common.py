@@ -215,6 +215,8 @@ def state_to(state, convert):
         return dataclasses.replace(state, **changes)
     if backend.is_array(state):
         return convert(state)
+    if isinstance(state, tuple):
+        return tuple(state_to(part, convert) for part in state)
     if isinstance(state, np.random.Generator):
         # Its own stream: drawing from the moved state must not advance the original.
         return copy.deepcopy(state)

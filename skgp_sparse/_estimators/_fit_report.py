@@ -42,15 +42,21 @@ def warn_at_bounds(estimator_name, kernel, tolerance, noise=None):
                     )
             index += 1
     if noise is not None:
-        value, (low, high) = noise
-        for side, bound, advice in (("lower", low, "Decrease"), ("upper", high, "Increase")):
-            if _near(np.log(value), np.log(bound), tolerance):
-                warn(
-                    f"{estimator_name}: the fitted noise variance ({value:.3g}) is at the {side} bound "
-                    f"{bound:.3g} of noise_variance_bounds. {advice} that bound and calling fit again may "
-                    "find a better value.",
-                    ConvergenceWarning,
-                )
+        warn_noise_at_bounds(estimator_name, *noise, tolerance)
+
+
+def warn_noise_at_bounds(estimator_name, value, bounds, tolerance):
+    """A ConvergenceWarning when a fitted noise variance ``value`` ended within ``tolerance``
+    (in log space) of one of its ``bounds`` (low, high)."""
+    low, high = bounds
+    for side, bound, advice in (("lower", low, "Decrease"), ("upper", high, "Increase")):
+        if _near(np.log(value), np.log(bound), tolerance):
+            warn(
+                f"{estimator_name}: the fitted noise variance ({value:.3g}) is at the {side} bound "
+                f"{bound:.3g} of noise_variance_bounds. {advice} that bound and calling fit again may "
+                "find a better value.",
+                ConvergenceWarning,
+            )
 
 
 def warn_scale_at_bounds(estimator_name, likelihood, tolerance):

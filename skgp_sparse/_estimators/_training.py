@@ -19,7 +19,7 @@ from ..optim.loop import History, hyperparameters, settle_variational
 from ..optim.stopping import MAX_GRADIENT_SNR, StoppingRule
 from .. import backend
 from ._common import feature_scale, state_to
-from ._fit_report import warn_at_bounds, warn_jitter_above_noise, warn_scale_at_bounds
+from ._fit_report import warn_at_bounds, warn_jitter_above_noise, warn_noise_at_bounds, warn_scale_at_bounds
 from ._warnings import warn
 
 #: jitter="auto": the relative jitter on K(Z, Z) is at most this, and the absolute jitter
@@ -165,6 +165,12 @@ def auto_jitter(kernel, Z, noise_variance=None):
     return max(floor, min(AUTO_JITTER, AUTO_JITTER * noise_variance / scale))
 
 
+def smallest_noise(model):
+    """The model's Gaussian noise variance, the smallest of them where each output has its
+    own (the jitter must stay small against every one)."""
+    return float(np.min(model.noise.value))
+
+
 def starting_jitter(jitter, kernel, Z, noise_variance=None):
     """The relative jitter of a fresh model: the estimator's ``jitter``, or :func:`auto_jitter`
     for "auto"."""
@@ -194,7 +200,7 @@ def run_collapsed(settings, model, rows, Y, rng, x_scale):
     history = History(elbo=list(search.run_elbos), n_epochs=search.n_iter, n_steps=search.n_evaluations,
                       converged=search.converged)
     if settings.jitter == "auto":
-        allowed = auto_jitter(model.kernel, model.state.inducing, model.noise.value)
+        allowed = auto_jitter(model.kernel, model.state.inducing, smallest_noise(model))
         if model.jitter > 10.0 * allowed:
             model.jitter = allowed
             search = optimise_collapsed(model, X, Y, optimizer, 0, rng, **options)
@@ -308,7 +314,7 @@ def search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale)
     optimizer = settings.optimizer or "fmin_l_bfgs_b"
     search = search_model(model, model.n_data, False)
     fields = [name for name in model.basis.INDUCING_FIELDS if name in model.learn_fields]
-    second_stage = bool(fields) and search.natural_step_is_exact()
+    second_stage = bool(fields) and (search.natural_step_is_exact() or search.collapses())
     result = optimise_collapsed(search, X, Y, optimizer, settings.n_restarts_optimizer, rng,
                                 verbose=settings.verbose > 1, trust_region=True, tol=settings.tol,
                                 max_iter=SEARCH_FIRST_STAGE_MAX_ITER if second_stage else SEARCH_MAX_ITER)
@@ -322,7 +328,7 @@ def search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale)
         model.state.drop_caches()
     if settings.jitter == "auto" and model.noise is not None:
         # The jitter follows the noise the search found (it was set for the initial noise).
-        model.jitter = auto_jitter(model.kernel, model.state.inducing, model.noise.value)
+        model.jitter = auto_jitter(model.kernel, model.state.inducing, smallest_noise(model))
     if settings.verbose:
         print(f"exact search on {X.shape[0]} rows: {result.n_iter} iterations, bound per row "
               f"{result.elbo / search.rows_counted:.4f}")
@@ -443,15 +449,17 @@ def report_fit(name, model, step_tolerance):
     """Warnings about the fitted parameters (bounds, jitter against noise)."""
     if model.learn_hyperparameters:
         noise = model.noise
-        learned_noise = None
+        # Each latent's kernel of a multi-output model, and each output's noise variance.
+        for kernel in getattr(model, "kernels", [model.kernel]):
+            warn_at_bounds(name, kernel.to_sklearn(), step_tolerance)
         if noise is not None and noise.learned:
-            learned_noise = (noise.value, tuple(np.exp(noise.log_bounds)))
-        warn_at_bounds(name, model.kernel.to_sklearn(), step_tolerance, learned_noise)
+            for value in np.ravel(noise.value):
+                warn_noise_at_bounds(name, float(value), tuple(np.exp(noise.log_bounds)), step_tolerance)
         if "scale" in getattr(model.likelihood, "param_names", ()):
             warn_scale_at_bounds(name, model.likelihood, step_tolerance)
     if model.noise is not None:
         scale = float(np.mean(model.kernel.diag(model.state.inducing)))
-        warn_jitter_above_noise(name, model.jitter * scale, model.noise.value)
+        warn_jitter_above_noise(name, model.jitter * scale, smallest_noise(model))
 
 
 def run_partial_pass(settings, model, rows, Y, stream):

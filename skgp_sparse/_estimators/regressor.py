@@ -11,10 +11,18 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted
 
+import copy
+
 from .. import backend
+from ..bases import BASES
 from ..kernels import compile_kernel
-from ..likelihoods import GaussianLikelihood, NoiseParameter, PoissonLikelihood, StudentTLikelihood
+from ..likelihoods import (GaussianLikelihood, NoiseParameter, OutputGaussianLikelihood, OutputNoise,
+                           PoissonLikelihood, StudentTLikelihood)
+from ..multioutput import MixedModel, MixedState, initial_mixing
+from ..optim.loop import hyperparameters
 from ._base import SparseGPBase
+from ._training import starting_jitter
+from ._multioutput import check_observed_columns, observed_moments, observed_r2, split_missing
 from ._docs import fill_docstring
 from ._common import COMMON_CONSTRAINTS, default_kernel, is_dask_collection, outputs_follow_input
 from ._warnings import warn
@@ -143,15 +151,33 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         The number of target columns, as in GaussianProcessRegressor: the number of
         outputs of predictions and draws from the prior (before ``fit``; None: one), and
         checked against y by ``fit``.
+    n_latent : int >= 1, default=None
+        Several outputs as mixtures of latent GPs (the linear model of coregionalisation,
+        LMC): the P columns of y are ``f = W g`` of ``n_latent`` independent latent GPs,
+        each with its own copy of the kernel's hyperparameters and its own q(u) on shared
+        inducing inputs. W (``mixing_matrix_``, shape (P, n_latent)) is learned, started
+        from the principal directions of the observed targets; the noise is learned per
+        output. None: the columns of y are independent outputs sharing one kernel (see
+        the user guide, "Several outputs"). Gaussian likelihood only.
+    missing_targets : {"error", "mask"}, default="error"
+        What a NaN in y means. "error" refuses it. "mask": the entry was not observed; it
+        drops out of the bound entry by entry (the row's other outputs still count), each
+        output gets its own noise variance, ``normalize_y`` uses each column's observed
+        entries and ``score`` scores the observed entries. inf is refused either way.
 
     Attributes
     ----------
     %(kernel_)s
     %(inducing_points_)s
     %(orthogonal_points_)s
-    noise_variance_ : float
+    noise_variance_ : float or ndarray of shape (n_targets,)
         Fitted observation-noise variance (normalised scale when ``normalize_y``); Gaussian
-        likelihood only.
+        likelihood only. One per output with ``n_latent`` or ``missing_targets="mask"``.
+    mixing_matrix_ : ndarray of shape (n_targets, n_latent)
+        The fitted mixing W of the latent GPs into the outputs (with ``n_latent``), on
+        the normalised scale when ``normalize_y``.
+    latent_kernels_ : list of kernel instances
+        The fitted kernel of each latent GP (with ``n_latent``); ``kernel_`` is the first.
     likelihood_params_ : dict
         Fitted likelihood hyperparameters: ``noise_variance`` (Gaussian), ``df`` and
         ``scale`` (Student-t), none (Poisson).
@@ -191,6 +217,8 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         "likelihood": [StrOptions({"gaussian", "student_t", "poisson"})],
         "alpha": [Interval(Real, 0, None, closed="left"), "array-like"],
         "n_targets": [Interval(Integral, 1, None, closed="left"), None],
+        "n_latent": [Interval(Integral, 1, None, closed="left"), None],
+        "missing_targets": [StrOptions({"error", "mask"})],
     }
 
     def __init__(
@@ -225,6 +253,8 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         warm_start=False,
         copy_X_train=True,
         n_targets=None,
+        n_latent=None,
+        missing_targets="error",
     ):
         self.kernel = kernel
         self.likelihood = likelihood
@@ -255,6 +285,8 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         self.warm_start = warm_start
         self.copy_X_train = copy_X_train
         self.n_targets = n_targets
+        self.n_latent = n_latent
+        self.missing_targets = missing_targets
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -286,6 +318,9 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         return (np.log(low), np.log(high))
 
     def _make_likelihood(self, kernel):
+        if self._mixes_outputs():
+            noise = OutputNoise(np.broadcast_to(self.noise_variance, self._y_train_mean.shape), self._log_noise_bounds())
+            return OutputGaussianLikelihood(noise.value), noise
         if self.likelihood == "gaussian":
             noise = NoiseParameter(kernel, self.noise_variance, self._log_noise_bounds())
             return GaussianLikelihood(noise.value), noise
@@ -306,6 +341,79 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
             model.set_noise_variance(self.noise_variance_)
         elif model.likelihood.n_params:
             model.likelihood.set_log_params(np.array(self._likelihood_log_params))
+
+    # --- several outputs (n_latent, missing_targets="mask") -------------------------
+    def _mixes_outputs(self):
+        """Whether the outputs have a model of their own: latent GPs mixed into them (LMC),
+        or independent outputs with their own noise and missing entries."""
+        return self.n_latent is not None or self.missing_targets == "mask"
+
+    def _missing_entries(self, y):
+        return split_missing(y, self.missing_targets)
+
+    def _init_state(self, Z, n_orthogonal, rng):
+        if not self._mixes_outputs():
+            return super()._init_state(Z, n_orthogonal, rng)
+        basis = BASES[self.basis]
+        n_outputs = self._y_train_mean.shape[0]
+        widths = [n_outputs] if self.n_latent is None else [1] * self.n_latent
+        groups = tuple(
+            basis.init_state(Z, n_outputs=w, n_covariances=w, n_orthogonal=n_orthogonal,
+                             **basis.init_options(self.get_params(deep=False), rng))
+            for w in widths
+        )
+        mixing = np.eye(n_outputs) if self.n_latent is None else self._mixing_start
+        return MixedState(groups, mixing, mixing_learned=self.n_latent is not None)
+
+    def _build_model(self, kernel, state, n_data, basis=None, learn_inducing=True):
+        if not isinstance(state, MixedState):
+            return super()._build_model(kernel, state, n_data, basis, learn_inducing)
+        kernels = list(kernel) if isinstance(kernel, (list, tuple)) else (
+            [kernel] + [copy.deepcopy(kernel) for _ in range(len(state.groups) - 1)])
+        if NoiseParameter(kernels[0], 1.0, None).from_kernel:
+            raise ValueError(
+                "the kernel has a WhiteKernel term, but with n_latent or missing_targets='mask' each output "
+                "learns its own noise variance (noise_variance_): remove the WhiteKernel and set noise_variance "
+                "(and noise_variance_bounds) instead")
+        likelihood, noise = self._make_likelihood(kernels[0])
+        learn_inducing = learn_inducing and self.learn_inducing and kernels[0].has_input_gradient
+        return MixedModel(
+            BASES[basis or self.basis], kernels, likelihood, state, n_data, noise, learn_inducing=learn_inducing,
+            jitter=starting_jitter(self.jitter, kernels[0], state.inducing, float(np.min(noise.value))),
+            natural=self.variational_optimizer == "natural", learn_hyperparameters=self.optimizer is not None,
+        )
+
+    def _fitted_model(self, n_data):
+        if not isinstance(getattr(self, "variational_state_", None), MixedState):
+            return super()._fitted_model(n_data)
+        kernels = [compile_kernel(k, white_as_noise=True) for k in self._fitted_kernels()]
+        tied = self.n_latent is None
+        model = self._build_model(kernels * len(self.variational_state_.groups) if tied else kernels,
+                                  self.variational_state_.copy(), n_data)
+        self._restore_likelihood(model)
+        model.jitter = self.jitter_
+        return model
+
+    def _fitted_kernels(self):
+        """The fitted kernels of the latent groups (one, shared, for independent outputs)."""
+        return list(self.latent_kernels_) if self.n_latent is not None else [self.kernel_]
+
+    def _search_model(self, model, n_rows, learn_inducing=False):
+        if not isinstance(model, MixedModel):
+            return super()._search_model(model, n_rows, learn_inducing)
+        sets = [getattr(model.state, name) for name in model.basis.INDUCING_FIELDS]
+        inducing = np.concatenate([np.array(backend.to_numpy(z), dtype=np.float64) for z in sets if z is not None])
+        coupled = BASES["coupled"]
+        groups = tuple(coupled.init_state(inducing, n_outputs=w, n_covariances=w) for w in model.state.widths)
+        state = MixedState(groups, np.array(backend.to_numpy(model.state.mixing), dtype=np.float64),
+                           model.state.mixing_learned)
+        kernels = [copy.deepcopy(k) for k in model.kernels] if self.n_latent is not None else (
+            [copy.deepcopy(model.kernels[0])] * len(groups))
+        search = self._build_model(kernels, state, n_rows, basis="coupled", learn_inducing=learn_inducing)
+        search.set_adam_params(hyperparameters(model))
+        search.layout = model.layout
+        search.jitter = model.jitter
+        return search
 
     def _latent_shape(self):
         # Gaussian noise is shared by the outputs, so they share one covariance.
@@ -353,11 +461,17 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
             )
         if self.likelihood == "poisson":
             PoissonLikelihood.check_targets(y2)
+        if self._mixes_outputs():
+            if self.likelihood != "gaussian":
+                raise ValueError(
+                    f"n_latent and missing_targets='mask' need likelihood='gaussian' (got {self.likelihood!r}): "
+                    "their noise is learned per output; fit one regressor per output for other likelihoods")
+            check_observed_columns(y2)
         return y2
 
     def _fit_targets(self, y, sample_weight, warm):
         y2 = self._check_targets(y)
-        if warm and self.variational_state_.q_mean.shape[1] != y2.shape[1]:
+        if warm and self._y_train_mean.shape[0] != y2.shape[1]:
             raise ValueError("warm_start needs the same number of targets as the previous fit")
         return self._normalise_targets(y2, sample_weight)
 
@@ -371,8 +485,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         """Set the target normalisation from (weighted) y and return y normalised."""
         w = np.ones(y2.shape[0]) if sample_weight is None else sample_weight
         if self.normalize_y and self.likelihood != "poisson":
-            mean = (w @ y2) / w.sum()
-            std = np.sqrt((w @ (y2 - mean) ** 2) / w.sum())
+            mean, std = observed_moments(y2, w)
             # A constant target column has nothing to scale.
             self._target_scaling = TargetScaling(mean, np.where(std > 0, std, 1.0))
         else:
@@ -381,7 +494,10 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         # log of the mean count instead, so that the zero-mean prior sits on the data.
         mean_count = float((w @ y2[:, 0]) / w.sum()) if self.likelihood == "poisson" else 1.0
         self._log_offset = np.log(mean_count) if self.normalize_y and mean_count > 0 else 0.0
-        return (y2 - self._y_train_mean) / self._y_train_std
+        y_fit = (y2 - self._y_train_mean) / self._y_train_std
+        if self.n_latent is not None:
+            self._mixing_start = initial_mixing(y_fit, self.n_latent)
+        return y_fit
 
     def _scale_targets(self, y):
         """y on the scale of the first fit (partial_fit calls after the first)."""
@@ -393,6 +509,11 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         return (y2 - self._y_train_mean) / self._y_train_std
 
     def _record_targets(self, model):
+        for name in ("mixing_matrix_", "latent_kernels_"):
+            self.__dict__.pop(name, None)
+        if isinstance(model, MixedModel) and self.n_latent is not None:
+            self.mixing_matrix_ = np.array(backend.to_numpy(model.state.mixing), dtype=np.float64)
+            self.latent_kernels_ = [k.to_sklearn() for k in model.kernels]
         if model.noise is not None:
             self.noise_variance_ = model.noise.value
         elif hasattr(self, "noise_variance_"):

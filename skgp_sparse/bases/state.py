@@ -64,6 +64,10 @@ class VariationalState:
                 setattr(self, f.name, None)
             elif isinstance(value, VariationalState):
                 value.drop_caches()
+            elif isinstance(value, tuple):
+                for nested in value:
+                    if isinstance(nested, VariationalState):
+                        nested.drop_caches()
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -79,6 +83,9 @@ def _copied(value, name):
         return None
     if isinstance(value, VariationalState):
         return value.copy()
+    if isinstance(value, tuple):
+        # Nested states in a fixed order (the latent groups of a multi-output state).
+        return tuple(_copied(v, name) for v in value)
     if isinstance(value, np.random.Generator):
         return copy.deepcopy(value)
     if be.is_array(value):

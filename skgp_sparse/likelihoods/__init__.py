@@ -2,7 +2,7 @@
 
 from ._base import Likelihood
 from .bernoulli import BernoulliLikelihood
-from .gaussian import GaussianLikelihood, NoiseParameter
+from .gaussian import GaussianLikelihood, NoiseParameter, OutputGaussianLikelihood, OutputNoise
 from .multiclass import RobustMaxLikelihood, SoftmaxLikelihood
 from .poisson import PoissonLikelihood
 from .student_t import StudentTLikelihood
@@ -12,6 +12,8 @@ __all__ = [
     "GaussianLikelihood",
     "Likelihood",
     "NoiseParameter",
+    "OutputGaussianLikelihood",
+    "OutputNoise",
     "PoissonLikelihood",
     "RobustMaxLikelihood",
     "SoftmaxLikelihood",

@@ -134,3 +134,93 @@ class NoiseParameter:
         for idx in self.kernel.white_noise_theta_index:
             theta_grad[idx] += d_log_noise * np.exp(theta[idx]) / total
         return None
+
+
+class OutputGaussianLikelihood(GaussianLikelihood):
+    """Gaussian noise of its own variance on each of P outputs, and missing entries.
+
+    ``y[n, p] = f_p(x_n) + eps`` with ``eps ~ N(0, noise_variance[p])``. A NaN target is an
+    entry nobody observed: it adds nothing to the expected log-likelihood and its adjoints
+    are zero, so it drops out of the bound entry by entry (the row's other outputs still
+    count). Used by the multi-output models (:mod:`skgp_sparse.multioutput`).
+
+    Parameters
+    ----------
+    noise_variance : array-like of shape (P,)
+    """
+
+    def __init__(self, noise_variance):
+        self.noise_variance = np.array(noise_variance, dtype=np.float64).reshape(-1)
+
+    def _variances(self, xp, like, extra_noise):
+        """The noise variance of each entry, (1, P) or (n, P), in the namespace of ``like``."""
+        s2 = xp.asarray(self.noise_variance, dtype=like.dtype, device=backend.device_of(like))
+        return xp.reshape(s2, (1, -1)) + extra_noise
+
+    def expected_log_lik(self, y, mean, var, extra_noise=0.0):
+        """Per-entry E_q[log p(y | f)] and its derivatives in mean and var, zero where y is NaN.
+
+        Parameters
+        ----------
+        y, mean, var : array of shape (n, P)
+        extra_noise : float or array of shape (n, 1), default=0.0
+            Known noise variance of each row, added to every output's.
+
+        Returns
+        -------
+        ell, d_mean, d_var : arrays of shape (n, P)
+        """
+        xp = backend.input_namespace(y, mean, var, extra_noise)
+        (y,) = backend.likelihood_floats(xp, (mean, var), y, numpy_as_float64=False)
+        observed, y = _observed(xp, y)
+        s2 = self._variances(xp, mean, extra_noise)
+        resid = (y - mean) * observed
+        ell = (-0.5 * (_LOG_2PI + xp.log(s2)) - 0.5 * (resid * resid + var) / s2) * observed
+        return ell, resid / s2, (-0.5 / s2) * observed
+
+    def d_log_noise(self, y, mean, var, extra_noise=0.0):
+        """Per-entry derivative of the expected log-likelihood in ``log(noise_variance[p])``
+        (zero where y is NaN), shape (n, P)."""
+        xp = backend.input_namespace(y, mean, var, extra_noise)
+        observed, y = _observed(xp, y)
+        s2 = xp.asarray(self.noise_variance, dtype=mean.dtype, device=backend.device_of(mean))
+        total = xp.reshape(s2, (1, -1)) + extra_noise
+        resid = (y - mean) * observed
+        return s2 * (-0.5 / total + 0.5 * (resid * resid + var) / total**2) * observed
+
+    def predictive_covariance(self, mean, cov, output=0):
+        """Mean (n,) and joint covariance (n, n) of output ``output`` given its latent joint posterior."""
+        return mean, linalg.add_to_diagonal(cov, float(self.noise_variance[output]))
+
+
+def _observed(xp, y):
+    """(1.0 where y is observed and 0.0 where it is NaN, y with its NaNs replaced by zeros)."""
+    missing = xp.isnan(y)
+    return xp.astype(~missing, y.dtype), xp.where(missing, xp.zeros_like(y), y)
+
+
+class OutputNoise:
+    """One learned (or fixed) log noise variance per output (see :class:`NoiseParameter`).
+
+    Parameters
+    ----------
+    value : array-like of shape (P,)
+        Initial noise variances.
+    log_bounds : (float, float) or None
+        Bounds of every output's log noise variance; None keeps them fixed.
+    """
+
+    #: Never carried by a WhiteKernel (the multi-output models refuse one).
+    from_kernel = False
+
+    def __init__(self, value, log_bounds):
+        self.log_value = np.log(np.array(value, dtype=np.float64).reshape(-1))
+        self.log_bounds = log_bounds
+
+    @property
+    def value(self):
+        return np.exp(self.log_value)
+
+    @property
+    def learned(self):
+        return self.log_bounds is not None

@@ -137,7 +137,7 @@ class CollapsedObjective:
         """The bound and its gradient at ``vector``, q(u) at its optimum: in one pass
         where the model has its collapsed form (the model's q(u) is then left as it was;
         :meth:`set` moves it), else through :meth:`set`."""
-        if not (self.exact and self.model.collapses()):
+        if not self.model.collapses():
             return self.set(vector)
         self._move(vector)
         return self.model.collapsed_evaluate(self.X, self.Y)
@@ -346,7 +346,7 @@ def optimise_collapsed(model, X, Y, optimizer, n_restarts, rng, scales=None, ver
         The model is left at the best run's parameters and at the optimal q(u) for them.
     """
     exact = model.natural_step_is_exact()
-    if not exact:
+    if not (exact or model.collapses()):
         # Each evaluation takes a few natural steps from the previous one's q: the first
         # starts from q's optimum at the starting point, or its gradient (that of a q far
         # from optimal, orders of magnitude too large) would throw the first line search

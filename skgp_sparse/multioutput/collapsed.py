@@ -1,0 +1,158 @@
+"""The LMC bound with the joint q(u_1, ..., u_L) at its optimum under Gaussian noise, and
+its gradient: the objective of the exact search that starts a multi-output fit.
+
+With whitened inducing values v_l = L_l^-1 u_l (prior N(0, I)), A_l = L_l^-1 K(Z, X) of
+latent l's kernel (M x n), and per-entry precisions beta[n, p] (a row's count over output
+p's noise variance, zero where the entry is missing), the outputs at the rows are
+f[n, p] = sum_l W[p, l] a_{l,n}^T v_l plus the part of each latent that the inducing
+values do not explain. Jointly Gaussian over the L x M values, the optimal q(v) is
+
+    S = B^-1,   B = I + [A_l diag(c_ll') A_l'^T]_{l,l'},   m = B^-1 [A_l r_l]_l
+
+with c_ll'[n] = sum_p beta[n, p] W[p, l] W[p, l'] and r_l[n] = sum_p beta[n, p] W[p, l] y[n, p],
+and the bound, less the noise's normaliser, is
+
+    Q = -1/2 (sum_np beta (y - mu)^2 + m^T m) - 1/2 log|B| - 1/2 sum_{n,l} c_ll[n] t_l[n]
+
+where mu = mean_g W^T, mean_g[:, l] = A_l^T m_l and t_l[n] = k_l(x_n, x_n) - |a_{l,n}|^2.
+Q is the maximum over q of F(q) = -1/2 sum_np beta ((y - mu)^2 + var_np) - KL(q || p), so
+its gradient in any parameter is F's partial gradient at the optimal q (the envelope
+theorem), which is what is written below, with T_ll'[n] = a_{l,n}^T S_ll' a_{l',n}:
+
+    dQ/dA_l    = m_l e_l^T + A_l diag(c_ll) - sum_l' S_ll' A_l' diag(c_ll'),  e = (beta * (y - mu)) W
+    dQ/dk_l    = -1/2 c_ll
+    dQ/dW[p,l] = sum_n [e'_np mean_g[n,l] - beta_np W[p,l] t_l[n] - beta_np sum_l' W[p,l'] T_ll'[n]]
+    beta_p dQ/dbeta_p = -1/2 sum_n beta_np ((y - mu)^2 + var_np)
+
+with e' = beta * (y - mu) and var_np = sum_l W[p,l]^2 t_l[n] + sum_ll' W[p,l] W[p,l'] T_ll'[n].
+It costs O(L^3 M^3 + L^2 n M^2): the search runs on a few thousand rows, so this is paid
+there and never in a training step. tests/test_multioutput.py checks the value against
+the dense Gaussian of all L x M values and each derivative against finite differences.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import backend as be
+from ..bases.toolkit import cross_and_diagonal, factor_kzz
+from ..linalg import add_to_diagonal, cho_solve, cholesky, diagonal, eye, jittered_cholesky_backward, solve_triangular
+
+
+@dataclass
+class LMCCollapsedBound:
+    """The bound Q (without the noise's normaliser), its derivatives, and the relative
+    jitter the factorisations of K_zz needed."""
+
+    value: float
+    #: Gradient in every distinct kernel's log-hyperparameters, concatenated (numpy).
+    theta_bar: np.ndarray
+    inducing_bar: object
+    mixing_bar: object
+    #: sum_n beta[n, p] dQ/dbeta[n, p] for each output p (numpy, (P,)).
+    beta_scaling_bar: np.ndarray
+    jitter: float
+
+
+def lmc_collapsed_bound(kernels, kernel_of_column, X, Y, beta, W, Z, jitter, coupled=True):
+    """Q and its gradient (see the module's docstring).
+
+    Parameters
+    ----------
+    kernels : list of compiled kernels
+        The distinct kernels.
+    kernel_of_column : list of int
+        For each of the L latent columns, the index of its kernel in ``kernels``.
+    X : array of shape (n, D)
+    Y : array of shape (n, P)
+        Targets, zero where missing.
+    beta : array of shape (n, P)
+        Per-entry precisions, zero where missing.
+    W : array of shape (P, L)
+    Z : array of shape (M, D)
+        The shared inducing inputs.
+    jitter : float
+    coupled : bool, default=True
+        False where W leaves the latents apart (no output loads on two of them): only the
+        diagonal blocks of B are then built.
+
+    Returns
+    -------
+    LMCCollapsedBound
+    """
+    xp = be.namespace(X)
+    n_latent, m = W.shape[1], Z.shape[0]
+    factors = []
+    for kernel in kernels:
+        low_k, used, back_zz = factor_kzz(kernel, Z, jitter, True)
+        kzx, back_zx, kdiag, back_diag = cross_and_diagonal(kernel, Z, X, True)
+        factors.append((low_k, used, back_zz, back_zx, back_diag, solve_triangular(low_k, kzx), kdiag))
+    A = [factors[k][5] for k in kernel_of_column]
+    pairs = [(l, j) for l in range(n_latent) for j in range(n_latent) if coupled or l == j]
+    c = {(l, j): beta @ (W[:, l] * W[:, j]) for (l, j) in pairs}
+    r = (beta * Y) @ W
+
+    rows = []
+    for l in range(n_latent):
+        row = []
+        for j in range(n_latent):
+            if (l, j) in c:
+                row.append((A[l] * xp.reshape(c[(l, j)], (1, -1))) @ A[j].T)
+            else:
+                row.append(xp.zeros((m, m), dtype=X.dtype, device=be.device_of(X)))
+        rows.append(xp.concat(row, axis=1))
+    b_minus_i = xp.concat(rows, axis=0)
+    low_b = cholesky(add_to_diagonal(b_minus_i, 1.0, xp))
+    rhs = xp.concat([A[l] @ r[:, l : l + 1] for l in range(n_latent)], axis=0)
+    q_mean = cho_solve(low_b, rhs)
+    cov = cho_solve(low_b, eye(n_latent * m, low_b))
+    means = [q_mean[l * m : (l + 1) * m, :] for l in range(n_latent)]
+    mean_g = xp.concat([A[l].T @ means[l] for l in range(n_latent)], axis=1)
+    resid = Y - mean_g @ W.T
+    weighted = beta * resid
+    t = xp.stack([factors[kernel_of_column[l]][6] - xp.sum(A[l] * A[l], axis=0) for l in range(n_latent)], axis=1)
+    log_det_b = 2.0 * float(xp.sum(xp.log(diagonal(low_b, xp))))
+    value = (-0.5 * (float(xp.sum(weighted * resid)) + float(xp.sum(q_mean * q_mean))) - 0.5 * log_det_b
+             - 0.5 * sum(float(xp.sum(c[(l, l)] * t[:, l])) for l in range(n_latent)))
+
+    # T_ll' and S_ll' A_l' for every pair that B couples.
+    spread, cross = {}, {}
+    for (l, j) in pairs:
+        spread[(l, j)] = cov[l * m : (l + 1) * m, j * m : (j + 1) * m] @ A[j]
+        cross[(l, j)] = xp.sum(A[l] * spread[(l, j)], axis=0)
+    e_g = weighted @ W
+    squares = W * W
+    var_f = t @ squares.T
+    mixing_bar = weighted.T @ mean_g - W * (beta.T @ t)
+    a_bars = []
+    for l in range(n_latent):
+        a_bar = means[l] * xp.reshape(e_g[:, l], (1, -1)) + A[l] * xp.reshape(c[(l, l)], (1, -1))
+        for j in range(n_latent):
+            if (l, j) in pairs:
+                a_bar = a_bar - spread[(l, j)] * xp.reshape(c[(l, j)], (1, -1))
+                var_f = var_f + xp.reshape(cross[(l, j)], (-1, 1)) * xp.reshape(W[:, l] * W[:, j], (1, -1))
+        a_bars.append(a_bar)
+    columns = []
+    for l in range(n_latent):
+        pull = xp.zeros_like(W[:, 0])
+        for j in range(n_latent):
+            if (l, j) in pairs:
+                pull = pull + W[:, j] * (beta.T @ cross[(l, j)])
+        columns.append(pull)
+    mixing_bar = mixing_bar - xp.stack(columns, axis=1)
+    beta_scaling_bar = -0.5 * xp.sum(beta * (resid * resid + var_f), axis=0)
+
+    theta_parts, inducing_bar = [], None
+    for k, (low_k, used, back_zz, back_zx, back_diag, a, _) in enumerate(factors):
+        mine = [l for l in range(n_latent) if kernel_of_column[l] == k]
+        a_bar = sum(a_bars[l] for l in mine)
+        lt_low_bar = -(a_bar @ a.T)
+        kzz_bar = jittered_cholesky_backward(low_k, lt_low_bar, used)
+        theta_zz, z_zz = back_zz(kzz_bar)
+        theta_zx, z_zx = back_zx(solve_triangular(low_k, a_bar, trans=True))
+        theta_d = back_diag(-0.5 * sum(c[(l, l)] for l in mine))
+        theta_parts.append(np.asarray(be.to_numpy(theta_zz + theta_zx + theta_d), dtype=np.float64))
+        inducing_bar = z_zz + z_zx if inducing_bar is None else inducing_bar + z_zz + z_zx
+    used = max(f[1] for f in factors)
+    return LMCCollapsedBound(value, np.concatenate(theta_parts), inducing_bar, mixing_bar,
+                             np.asarray(be.to_numpy(beta_scaling_bar), dtype=np.float64), used)

@@ -1,0 +1,338 @@
+"""The bound of a multi-output model, minibatch by minibatch: :class:`MixedModel`."""
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import backend
+from ..elbo import BatchResult, VariationalModel, _in_float_of
+from .collapsed import lmc_collapsed_bound
+from .mixing import mix, mixing_gradient, unmix
+from .predictor import MixedPredictor
+
+
+@dataclass
+class MixedTape:
+    """What the natural steps and the reverse pass need of a minibatch's forward pass."""
+
+    X: object
+    Y: object
+    weights: object
+    extra: dict
+    scale: float
+    mean_g: object
+    var_g: object
+    tapes: list
+
+
+class MixedModel(VariationalModel):
+    """P outputs ``f = W g`` of latent GPs, each latent group on its own basis state and
+    kernel, with per-output Gaussian noise and missing entries (NaN targets).
+
+    It answers the minibatch loop, the exact searches and the estimators as a
+    :class:`~skgp_sparse.elbo.VariationalModel` does; what differs is said here.
+
+    Parameters
+    ----------
+    basis : Basis, str or module
+    kernels : list of compiled kernels
+        One per latent group; the same object twice ties those groups' hyperparameters.
+    likelihood : OutputGaussianLikelihood
+    state : MixedState
+    n_data : int
+    noise : OutputNoise
+    learn_inducing, jitter, natural, learn_hyperparameters
+        As for :class:`~skgp_sparse.elbo.VariationalModel`.
+
+    Notes
+    -----
+    Adam's parameters: ``theta`` (every distinct kernel's log-hyperparameters, in group
+    order), ``log_noise`` (P,), ``mixing`` (P, L) when learned, the shared inducing sets
+    under their basis names, and any other basis field per group as ``name[g]`` (when
+    there are several groups).
+
+    With a learned mixing the latents meet in the expected log-likelihood, so a natural
+    step of size one on one latent lands on its optimum *given the others*, not on the
+    joint one. :meth:`natural_step` therefore sweeps over the groups in turn (block
+    coordinate ascent, Gauss-Seidel): each group steps with the adjoints of the outputs as
+    the previous groups' steps left them, one more forward pass of that group per step.
+    On a full batch under Gaussian noise the bound is a concave quadratic in the means
+    and separable in the covariances, so the sweeps of size one rise monotonically to the
+    joint optimum of the mean-field family (tests/test_multioutput.py checks it against
+    the dense joint posterior). With a fixed identity mixing (independent outputs) the
+    groups do not meet, and a step of size one is exact as for one output.
+    """
+
+    def __init__(self, basis, kernels, likelihood, state, n_data, noise, learn_inducing=True, jitter=1e-6,
+                 natural=True, learn_hyperparameters=True):
+        super().__init__(basis, kernels[0], likelihood, state, n_data, noise=noise, learn_inducing=learn_inducing,
+                         jitter=jitter, natural=natural, learn_hyperparameters=learn_hyperparameters)
+        if len(kernels) != len(state.groups):
+            raise ValueError(f"{len(kernels)} kernels for {len(state.groups)} latent groups")
+        self.kernels = list(kernels)
+
+    # --- the kernels ---------------------------------------------------------------------
+    def distinct_kernels(self):
+        """The kernels with their own hyperparameters, in group order, and each group's index among them."""
+        distinct, index = [], []
+        for kernel in self.kernels:
+            for i, seen in enumerate(distinct):
+                if seen is kernel:
+                    index.append(i)
+                    break
+            else:
+                index.append(len(distinct))
+                distinct.append(kernel)
+        return distinct, index
+
+    @property
+    def coupled(self):
+        """Whether the mixing couples the latents (a learned W, or a fixed W that is not diagonal)."""
+        W = backend.to_numpy(self.state.mixing)
+        return self.state.mixing_learned or np.count_nonzero(W - np.diag(np.diag(W)) if W.shape[0] == W.shape[1]
+                                                             else W) > 0
+
+    # --- parameters seen by Adam ---------------------------------------------------------
+    def _field_name(self, field, g):
+        return field if len(self.state.groups) == 1 else f"{field}[{g}]"
+
+    def adam_params(self):
+        params = {}
+        if self.learn_hyperparameters:
+            distinct, _ = self.distinct_kernels()
+            params["theta"] = np.concatenate([k.theta for k in distinct])
+            if self.noise.learned:
+                params["log_noise"] = self.noise.log_value.copy()
+            if self.state.mixing_learned:
+                params["mixing"] = self.state.mixing
+        for field in self.learn_fields:
+            if field in self.basis.INDUCING_FIELDS:
+                params[field] = getattr(self.state.groups[0], field)
+            else:
+                for g, group in enumerate(self.state.groups):
+                    params[self._field_name(field, g)] = getattr(group, field)
+        return params
+
+    def adam_bounds(self):
+        distinct, _ = self.distinct_kernels()
+        bounds = np.concatenate([k.bounds for k in distinct])
+        out = {"theta": (bounds[:, 0], bounds[:, 1])}
+        if self.noise.learned:
+            out["log_noise"] = self.noise.log_bounds
+        return out
+
+    def adam_rate_scales(self, step):
+        out = {}
+        for g, group in enumerate(self.state.groups):
+            scales = self.basis.adam_field_scales(group, step)
+            for field, value in (scales or {}).items():
+                out[field if field in self.basis.INDUCING_FIELDS else self._field_name(field, g)] = value
+        return out or None
+
+    def set_adam_params(self, params):
+        if "theta" in params:
+            distinct, _ = self.distinct_kernels()
+            start = 0
+            for kernel in distinct:
+                n = kernel.theta.shape[0]
+                kernel.set_theta(np.asarray(params["theta"][start : start + n], dtype=np.float64))
+                start += n
+        if "log_noise" in params:
+            self.noise.log_value = np.array(backend.to_numpy(params["log_noise"]), dtype=np.float64).reshape(-1)
+        groups = list(self.state.groups)
+        for g, group in enumerate(groups):
+            changes = {}
+            for field in self.learn_fields:
+                name = field if field in self.basis.INDUCING_FIELDS else self._field_name(field, g)
+                if name in params:
+                    changes[field] = params[name]
+            if changes:
+                groups[g] = dataclasses.replace(group, **changes)
+                if not self.natural:
+                    groups[g].drop_caches()
+        mixing = params.get("mixing", self.state.mixing)
+        self.state = dataclasses.replace(self.state, groups=tuple(groups), mixing=mixing)
+        if any(name in params for name in self.basis.INDUCING_FIELDS):
+            self.state.drop_caches()
+        self._sync_noise()
+
+    def set_noise_variance(self, value):
+        self.noise.log_value = np.log(np.array(value, dtype=np.float64).reshape(-1))
+        self._sync_noise()
+
+    # --- evaluation ----------------------------------------------------------------------
+    def _group_marginals(self, X, need_grad):
+        """Each group's latent marginals at X: lists of means, variances and tapes."""
+        means, variances, tapes = [], [], []
+        for kernel, group in zip(self.kernels, self.state.groups):
+            mean, var, tape = self.basis.marginals(kernel, X, group, self.jitter, need_grad)
+            if tape is not None:
+                self.jitter = max(self.jitter, tape.jitter)
+            xp = backend.namespace(mean)
+            means.append(mean)
+            variances.append(var if var.shape[1] == mean.shape[1] else xp.broadcast_to(var, mean.shape))
+            tapes.append(tape)
+        return means, variances, tapes
+
+    def _mixing(self, like):
+        """W in the namespace, device and dtype of ``like``."""
+        xp = backend.namespace(like)
+        W = self.state.mixing
+        if backend.namespace(W) is not xp:
+            W = backend.to_namespace(backend.to_numpy(W), xp, device=backend.device_of(like))
+        return xp.astype(W, like.dtype, copy=False)
+
+    def latent_marginals(self, X, need_grad=False):
+        """The latent marginals (n, L) at X, and the group tapes."""
+        means, variances, tapes = self._group_marginals(X, need_grad)
+        xp = backend.namespace(means[0])
+        return xp.concat(means, axis=1), xp.concat(variances, axis=1), tapes
+
+    def _marginals(self, X, need_grad):
+        mean_g, var_g, tapes = self.latent_marginals(X, need_grad)
+        mean_f, var_f = mix(mean_g, var_g, self._mixing(mean_g))
+        return mean_f, var_f, tapes
+
+    def natural_step_is_exact(self, jointly=True):
+        """Whether a full-data natural step of size one lands on q's optimum: as for one
+        output, and only while the mixing leaves the latents apart."""
+        return super().natural_step_is_exact(jointly) and not self.coupled
+
+    def _kl(self, tapes=None):
+        tapes = [None] * len(self.kernels) if tapes is None else tapes
+        return sum(float(self.basis.kl_divergence(kernel, group, self.jitter, tape))
+                   for kernel, group, tape in zip(self.kernels, self.state.groups, tapes))
+
+    def _adjoints(self, Y, mean_f, var_f, weights, extra):
+        """The expected log-likelihood (n, P) and its weighted adjoints in the output marginals."""
+        ell, d_mean, d_var = self._weighted(weights, *self.likelihood.expected_log_lik(Y, mean_f, var_f, **extra))
+        d_mean, d_var = _in_float_of(mean_f, d_mean, d_var)
+        return ell, d_mean, d_var
+
+    def evaluate(self, X, Y, need_grad=True):
+        """ELBO estimate from the rows (X, Y) of the training set and its gradients, as
+        :meth:`VariationalModel.evaluate`; Y (B, P) may hold NaN where an entry is missing.
+        ``d_mean`` and ``d_var`` of the result are the latents' adjoints (B, L)."""
+        xp = backend.namespace(X)
+        scale = self.n_data / X.shape[0]
+        mean_g, var_g, tapes = self.latent_marginals(X, need_grad)
+        W = self._mixing(mean_g)
+        mean_f, var_f = mix(mean_g, var_g, W)
+        Y, weights, _, extra = self._split(Y, var_f)
+        ell, d_mean_f, d_var_f = self._adjoints(Y, mean_f, var_f, weights, extra)
+        elbo = scale * float(xp.sum(ell)) - self._kl(tapes)
+        if not need_grad:
+            return BatchResult(elbo, {}, None, None, None)
+        d_mean_f, d_var_f = scale * d_mean_f, scale * d_var_f
+        d_mean_g, d_var_g = unmix(d_mean_f, d_var_f, W)
+        tape = MixedTape(X, Y, weights, extra, scale, mean_g, var_g, tapes)
+        if need_grad == "natural":
+            return BatchResult(elbo, {}, tape, d_mean_g, d_var_g)
+        grads = self._backward(tape, d_mean_g, d_var_g)
+        if self.noise.learned:
+            per_entry = self._weighted(weights, self.likelihood.d_log_noise(Y, mean_f, var_f, **extra))[0]
+            grads["log_noise"] = scale * np.array(backend.to_numpy(xp.sum(per_entry, axis=0)), dtype=np.float64)
+        if self.state.mixing_learned:
+            grads["mixing"] = xp.astype(mixing_gradient(d_mean_f, d_var_f, mean_g, var_g, W),
+                                        self.state.mixing.dtype, copy=False)
+        return BatchResult(elbo, grads, tape, d_mean_g, d_var_g)
+
+    def _backward(self, tape, d_mean_g, d_var_g):
+        """Every group's reverse pass: theta's gradient (numpy) and the fields' (summed over
+        the groups for the shared inducing sets)."""
+        distinct, index = self.distinct_kernels()
+        theta_bars = [np.zeros(k.theta.shape[0]) for k in distinct]
+        grads = {}
+        for g, (group, cols) in enumerate(zip(self.state.groups, self.state.columns())):
+            theta_bar, field_bars = self.basis.backward(tape.tapes[g], group, d_mean_g[:, cols], d_var_g[:, cols],
+                                                        self.learn_fields)
+            theta_bars[index[g]] += np.asarray(backend.to_numpy(theta_bar), dtype=np.float64)
+            for field in self.learn_fields:
+                if field in self.basis.INDUCING_FIELDS:
+                    grads[field] = field_bars[field] if field not in grads else grads[field] + field_bars[field]
+                else:
+                    grads[self._field_name(field, g)] = field_bars[field]
+        grads["theta"] = np.concatenate(theta_bars)
+        return grads
+
+    def natural_step(self, result, step):
+        """Natural steps of size ``step`` on every group: all at once where the mixing
+        keeps the latents apart, otherwise a sweep over the groups in turn (see the class
+        notes)."""
+        if not self.natural:
+            return self.state
+        tape = result.tape
+        groups, columns = list(self.state.groups), self.state.columns()
+        if not self.coupled:
+            for g, cols in enumerate(columns):
+                groups[g] = self.basis.natural_step(tape.tapes[g], groups[g], result.d_mean[:, cols],
+                                                    result.d_var[:, cols], step)
+            return dataclasses.replace(self.state, groups=tuple(groups))
+        xp = backend.namespace(tape.mean_g)
+        W = self._mixing(tape.mean_g)
+        means = [tape.mean_g[:, cols] for cols in columns]
+        d_mean_g = result.d_mean
+        for g, cols in enumerate(columns):
+            if g > 0:
+                # The outputs as the earlier groups' steps left them.
+                mean_f, var_f = mix(xp.concat(means, axis=1), tape.var_g, W)
+                d_mean_f = self._adjoints(tape.Y, mean_f, var_f, tape.weights, tape.extra)[1]
+                d_mean_g = tape.scale * (d_mean_f @ W)
+            groups[g] = self.basis.natural_step(tape.tapes[g], groups[g], d_mean_g[:, cols], result.d_var[:, cols],
+                                                step)
+            if g + 1 < len(columns):
+                means[g] = self.basis.marginals(self.kernels[g], tape.X, groups[g], self.jitter, False)[0]
+        return dataclasses.replace(self.state, groups=tuple(groups))
+
+    # --- the bound with q optimal ----------------------------------------------------------
+    def collapses(self):
+        """Whether :meth:`collapsed_evaluate` answers: natural steps, the coupled basis (the
+        bound is written for its q), and no known per-row noise."""
+        return (
+            self.natural and self.basis.name == "coupled"
+            and not (self.layout is not None and self.layout.known_noise)
+        )
+
+    def collapsed_evaluate(self, X, Y):
+        """The bound on the rows (X, Y), counted as all N, with the joint q(u_1..u_L) at
+        its optimum (:func:`.collapsed.lmc_collapsed_bound`), and its gradient in every
+        parameter Adam moves. The mean-field q the stream trains is within this family,
+        so its bound is at most this one."""
+        xp = backend.namespace(X)
+        Y, weights, _ = (Y, None, {}) if self.layout is None else self.layout.split(Y)
+        counts = self.n_data / X.shape[0] * (xp.ones_like(X[:, :1]) if weights is None else weights)
+        observed = xp.astype(~xp.isnan(Y), X.dtype)
+        Y0 = xp.where(observed > 0, Y, xp.zeros_like(Y))
+        s2 = self.noise.value
+        beta = counts * observed / xp.reshape(xp.asarray(s2, dtype=X.dtype, device=backend.device_of(X)), (1, -1))
+        distinct, index = self.distinct_kernels()
+        kernel_of_column = [index[g] for g, width in enumerate(self.state.widths) for _ in range(width)]
+        bound = lmc_collapsed_bound(distinct, kernel_of_column, X, Y0, beta, self._mixing(X), self.state.inducing,
+                                    self.jitter, self.coupled)
+        self.jitter = max(self.jitter, bound.jitter)
+        entry_counts = np.asarray(backend.to_numpy(xp.sum(counts * observed, axis=0)), dtype=np.float64)
+        elbo = bound.value - 0.5 * float(np.sum(entry_counts * np.log(2.0 * np.pi * s2)))
+        grads = {"theta": bound.theta_bar, "inducing": bound.inducing_bar}
+        if self.noise.learned:
+            # Every precision of output p is count / s2_p: d/d log s2_p scales them by -1.
+            grads["log_noise"] = -bound.beta_scaling_bar - 0.5 * entry_counts
+        if self.state.mixing_learned:
+            grads["mixing"] = bound.mixing_bar
+        grads = {name: value for name, value in grads.items() if name != "inducing" or "inducing" in self.learn_fields}
+        return BatchResult(elbo, grads, None, None, None)
+
+    # --- what the fit reports ------------------------------------------------------------
+    def diagnostics(self):
+        out = {}
+        for g, (kernel, group) in enumerate(zip(self.kernels, self.state.groups)):
+            for name, value in self.basis.diagnostics(kernel, group, self.jitter).items():
+                out[self._field_name(name, g)] = value
+        return out
+
+    def predictor(self):
+        distinct, index = self.distinct_kernels()
+        parts = tuple(self.basis.make_predictor(kernel, group, self.jitter)
+                      for kernel, group in zip(self.kernels, self.state.groups))
+        return MixedPredictor(parts, tuple(k.to_sklearn() for k in distinct), tuple(index),
+                              np.array(backend.to_numpy(self.state.mixing), dtype=np.float64))

@@ -1,0 +1,66 @@
+"""The fitted multi-output model frozen into arrays: :class:`MixedPredictor`."""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..kernels import compile_kernel
+from .mixing import mix
+
+
+@dataclass
+class MixedPredictor:
+    """Every latent group's predictor, its kernel, and the mixing W.
+
+    ``latent`` answers as a single basis's predictor does, for the outputs: their means
+    (n, P) and variances (n, P), or covariances (P, n, n), each output's the sum over the
+    latents of W[p, l]^2 times the latent's. :meth:`latent_parts` gives the latents' own.
+    The kernels are kept as scikit-learn objects and compiled on first use, so that a
+    pickle holds arrays and kernels only.
+
+    Attributes
+    ----------
+    parts : tuple
+        The basis's predictor of each latent group.
+    kernels : tuple of scikit-learn kernels
+        The distinct fitted kernels.
+    kernel_index : tuple of int
+        Each group's kernel, as an index into ``kernels``.
+    mixing : ndarray of shape (P, L)
+    """
+
+    parts: tuple
+    kernels: tuple
+    kernel_index: tuple
+    mixing: np.ndarray
+    _compiled: list = field(default=None, init=False, repr=False, compare=False)
+
+    def _kernel(self, g):
+        if self._compiled is None:
+            self._compiled = [compile_kernel(k, white_as_noise=True) for k in self.kernels]
+        return self._compiled[self.kernel_index[g]]
+
+    def latent_parts(self, X, full_cov=False):
+        """The latents' means (n, L) and variances (n, L), or covariances (L, n, n)."""
+        means, seconds = [], []
+        for g, part in enumerate(self.parts):
+            mean, second = part.latent(self._kernel(g), X, full_cov=full_cov)
+            means.append(mean)
+            if full_cov:
+                seconds.append(np.broadcast_to(second, (mean.shape[1],) + second.shape[1:]))
+            else:
+                seconds.append(np.broadcast_to(second, mean.shape))
+        return np.hstack(means), (np.concatenate(seconds, axis=0) if full_cov else np.hstack(seconds))
+
+    def latent(self, kernel, X, full_cov=False):
+        """The outputs' latent means (n, P) and variances (n, P), or covariances (P, n, n).
+        ``kernel`` is not read (each group has its own); it keeps the single-output call."""
+        mean_g, second = self.latent_parts(X, full_cov)
+        if full_cov:
+            return mean_g @ self.mixing.T, np.einsum("pl,lnm->pnm", self.mixing**2, second)
+        return mix(mean_g, second, self.mixing)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_compiled"] = None
+        return state

@@ -1,0 +1,54 @@
+"""The state of a multi-output model: one basis state per latent group, and the mixing."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..bases.state import VariationalState
+
+
+@dataclass
+class MixedState(VariationalState):
+    """Variational parameters of every latent group, and the mixing matrix.
+
+    A group is a block of latent columns that share one kernel and one basis state (its
+    ``q_mean`` has one column per latent, its covariances one per latent): the LMC has L
+    groups of one latent, each with its own kernel; independent outputs one group of P.
+    Every group's inducing inputs are the same array (shared inducing inputs).
+
+    Attributes
+    ----------
+    groups : tuple of VariationalState
+        The basis states, in the order of the latent columns.
+    mixing : array of shape (P, L)
+        W, mapping the L latent columns to the P outputs.
+    mixing_learned : bool
+        Whether Adam moves W (the LMC) or it stays fixed (the identity of independent outputs).
+    """
+
+    groups: tuple
+    mixing: np.ndarray
+    mixing_learned: bool
+
+    @property
+    def inducing(self):
+        """The shared inducing inputs (M, D)."""
+        return self.groups[0].inducing
+
+    @property
+    def orthogonal(self):
+        """The shared second inducing set, where the basis has one."""
+        return self.groups[0].orthogonal
+
+    @property
+    def widths(self):
+        """The number of latent columns of each group."""
+        return tuple(int(g.q_mean.shape[1]) for g in self.groups)
+
+    def columns(self):
+        """The slice of the latent columns of each group."""
+        out, start = [], 0
+        for width in self.widths:
+            out.append(slice(start, start + width))
+            start += width
+        return out
