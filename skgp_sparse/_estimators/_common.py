@@ -215,7 +215,9 @@ def state_to(state, convert):
         return dataclasses.replace(state, **changes)
     if backend.is_array(state):
         return convert(state)
-    if isinstance(state, tuple):
+    if isinstance(state, tuple) and state and all(dataclasses.is_dataclass(part) for part in state):
+        # Nested states (a multi-output state's latent groups); a tuple of arrays is a
+        # cache, kept as it is.
         return tuple(state_to(part, convert) for part in state)
     if isinstance(state, np.random.Generator):
         # Its own stream: drawing from the moved state must not advance the original.

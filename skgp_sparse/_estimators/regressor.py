@@ -9,7 +9,7 @@ from sklearn.exceptions import DataConversionWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_array
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 import copy
 
@@ -18,7 +18,8 @@ from ..bases import BASES
 from ..kernels import compile_kernel
 from ..likelihoods import (GaussianLikelihood, NoiseParameter, OutputGaussianLikelihood, OutputNoise,
                            PoissonLikelihood, StudentTLikelihood)
-from ..multioutput import MixedModel, MixedState, initial_mixing
+from ..multioutput import MixedModel, MixedPredictor, MixedState, initial_mixing
+from ..multioutput.mixing import output_covariances
 from ..optim.loop import hyperparameters
 from ._base import SparseGPBase
 from ._training import starting_jitter
@@ -363,7 +364,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
             for w in widths
         )
         mixing = np.eye(n_outputs) if self.n_latent is None else self._mixing_start
-        return MixedState(groups, mixing, mixing_learned=self.n_latent is not None)
+        return MixedState(groups, mixing, mixing_learned=self.n_latent is not None, offset=np.zeros(n_outputs))
 
     def _build_model(self, kernel, state, n_data, basis=None, learn_inducing=True):
         if not isinstance(state, MixedState):
@@ -406,7 +407,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         coupled = BASES["coupled"]
         groups = tuple(coupled.init_state(inducing, n_outputs=w, n_covariances=w) for w in model.state.widths)
         state = MixedState(groups, np.array(backend.to_numpy(model.state.mixing), dtype=np.float64),
-                           model.state.mixing_learned)
+                           model.state.mixing_learned, np.array(backend.to_numpy(model.state.offset), dtype=np.float64))
         kernels = [copy.deepcopy(k) for k in model.kernels] if self.n_latent is not None else (
             [copy.deepcopy(model.kernels[0])] * len(groups))
         search = self._build_model(kernels, state, n_rows, basis="coupled", learn_inducing=learn_inducing)
@@ -714,7 +715,8 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         scale = self._y_train_std
         # Each output (column of the mean) gets the predictive covariance of its own
         # latent column, on its own scale: (n, n, P).
-        parts = [likelihood.predictive_covariance(mean[:, p], cov[min(p, cov.shape[0] - 1)]) for p in range(mean.shape[1])]
+        parts = [likelihood.predictive_covariance(mean[:, p], cov[min(p, cov.shape[0] - 1)], output=p)
+                 for p in range(mean.shape[1])]
         y_mean = np.column_stack([m for m, _ in parts]) * scale + self._y_train_mean
         y_cov = np.stack([c for _, c in parts], axis=-1) * scale**2
         y_cov = y_cov[:, :, 0] if y_cov.shape[2] == 1 else y_cov
@@ -767,6 +769,8 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         from sklearn.utils import check_random_state
 
         rng = check_random_state(random_state)
+        if isinstance(getattr(self, "predictor_", None), MixedPredictor):
+            return self._sample_mixed(X, n_samples, rng)
         if self.likelihood == "gaussian":
             fitted = hasattr(self, "kernel_")
             mean, cov = self._joint_predictive(X) if fitted else self._prior_predictive(X, False, True)
@@ -778,6 +782,66 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         f = rng.multivariate_normal(mean[:, 0], cov[0], n_samples).T
         y = self._fitted_likelihood().sample(f, rng)
         return y * self._y_train_std[0] + self._y_train_mean[0]
+
+    def _sample_mixed(self, X, n_samples, rng):
+        """``sample_y`` of a multi-output model: each latent drawn from its joint posterior
+        at X, mixed into the outputs (so the draws are correlated across outputs as the
+        model says), plus each output's noise; (n, P, n_samples)."""
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        mean_g, cov_g = self.predictor_.latent_parts(X, full_cov=True)
+        latents = np.stack([rng.multivariate_normal(mean_g[:, l], cov_g[l], n_samples)
+                            for l in range(mean_g.shape[1])], axis=1)            # (s, L, n)
+        outputs = np.einsum("pl,sln->nps", self.predictor_.mixing, latents) + self.predictor_.offset[None, :, None]
+        noise = np.sqrt(self.noise_variance_)[None, :, None] * rng.standard_normal(outputs.shape)
+        return (outputs + noise) * self._y_train_std[None, :, None] + self._y_train_mean[None, :, None]
+
+    def predict_output_covariance(self, X):
+        """The P x P covariance of the outputs' predictive distribution at each row of X.
+
+        Under ``n_latent`` the outputs share latent GPs, so at one input they are
+        correlated: ``W diag(var_g(x)) W^T`` plus each output's noise on the diagonal
+        (the multi-output paper's eq. 53). Independent outputs give a diagonal matrix.
+        Its diagonal is the square of ``predict(X, return_std=True)[1]``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_targets, n_targets)
+            On the scale of y.
+        """
+        check_is_fitted(self, "kernel_")
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        scale = self._y_train_std
+        if isinstance(self.predictor_, MixedPredictor):
+            _, var_g = self.predictor_.latent_parts(X)
+            cov = output_covariances(var_g, self.predictor_.mixing)
+        else:
+            _, var = self._latent(X)
+            cov = np.einsum("np,pq->npq", np.broadcast_to(var, (X.shape[0], scale.shape[0])), np.eye(scale.shape[0]))
+        noise = np.broadcast_to(np.asarray(self.noise_variance_, dtype=np.float64), scale.shape)
+        cov = cov + np.diag(noise)[None]
+        return cov * scale[None, :, None] * scale[None, None, :]
+
+    def score(self, X, y, sample_weight=None):
+        """The coefficient of determination of the predictions, as RegressorMixin's; with
+        ``missing_targets="mask"`` over each column's observed entries (NaN skipped).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_targets)
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        float
+        """
+        if self.missing_targets != "mask":
+            return super().score(X, y, sample_weight)
+        return observed_r2(backend.to_numpy(y), backend.to_numpy(self.predict(X)), sample_weight)
 
     def _bound_targets(self, y):
         """y as the likelihood takes it: columns on the scale of the fit."""

@@ -49,6 +49,9 @@ class LMCCollapsedBound:
     theta_bar: np.ndarray
     inducing_bar: object
     mixing_bar: object
+    #: -dQ/dy summed over the rows, sum_n beta[n, p] (y[n, p] - mu[n, p]): the gradient in a
+    #: constant subtracted from output p's targets.
+    target_bar: object
     #: sum_n beta[n, p] dQ/dbeta[n, p] for each output p (numpy, (P,)).
     beta_scaling_bar: np.ndarray
     jitter: float
@@ -154,5 +157,5 @@ def lmc_collapsed_bound(kernels, kernel_of_column, X, Y, beta, W, Z, jitter, cou
         theta_parts.append(np.asarray(be.to_numpy(theta_zz + theta_zx + theta_d), dtype=np.float64))
         inducing_bar = z_zz + z_zx if inducing_bar is None else inducing_bar + z_zz + z_zx
     used = max(f[1] for f in factors)
-    return LMCCollapsedBound(value, np.concatenate(theta_parts), inducing_bar, mixing_bar,
+    return LMCCollapsedBound(value, np.concatenate(theta_parts), inducing_bar, mixing_bar, xp.sum(weighted, axis=0),
                              np.asarray(be.to_numpy(beta_scaling_bar), dtype=np.float64), used)

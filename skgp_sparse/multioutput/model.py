@@ -48,7 +48,7 @@ class MixedModel(VariationalModel):
     Notes
     -----
     Adam's parameters: ``theta`` (every distinct kernel's log-hyperparameters, in group
-    order), ``log_noise`` (P,), ``mixing`` (P, L) when learned, the shared inducing sets
+    order), ``log_noise`` (P,), ``mixing`` (P, L) and ``offset`` (P,) when learned, the shared inducing sets
     under their basis names, and any other basis field per group as ``name[g]`` (when
     there are several groups).
 
@@ -106,6 +106,7 @@ class MixedModel(VariationalModel):
                 params["log_noise"] = self.noise.log_value.copy()
             if self.state.mixing_learned:
                 params["mixing"] = self.state.mixing
+                params["offset"] = self.state.offset
         for field in self.learn_fields:
             if field in self.basis.INDUCING_FIELDS:
                 params[field] = getattr(self.state.groups[0], field)
@@ -140,21 +141,19 @@ class MixedModel(VariationalModel):
                 start += n
         if "log_noise" in params:
             self.noise.log_value = np.array(backend.to_numpy(params["log_noise"]), dtype=np.float64).reshape(-1)
-        groups = list(self.state.groups)
-        for g, group in enumerate(groups):
-            changes = {}
+        # In place, as VariationalModel sets its state's fields (the loop's snapshot of a
+        # step restores them through this method).
+        for g, group in enumerate(self.state.groups):
             for field in self.learn_fields:
                 name = field if field in self.basis.INDUCING_FIELDS else self._field_name(field, g)
                 if name in params:
-                    changes[field] = params[name]
-            if changes:
-                groups[g] = dataclasses.replace(group, **changes)
-                if not self.natural:
-                    groups[g].drop_caches()
-        mixing = params.get("mixing", self.state.mixing)
-        self.state = dataclasses.replace(self.state, groups=tuple(groups), mixing=mixing)
-        if any(name in params for name in self.basis.INDUCING_FIELDS):
-            self.state.drop_caches()
+                    setattr(group, field, params[name])
+            if not self.natural:
+                group.drop_caches()
+        if "mixing" in params:
+            self.state.mixing = params["mixing"]
+        if "offset" in params:
+            self.state.offset = params["offset"]
         self._sync_noise()
 
     def set_noise_variance(self, value):
@@ -177,11 +176,13 @@ class MixedModel(VariationalModel):
 
     def _mixing(self, like):
         """W in the namespace, device and dtype of ``like``."""
-        xp = backend.namespace(like)
-        W = self.state.mixing
-        if backend.namespace(W) is not xp:
-            W = backend.to_namespace(backend.to_numpy(W), xp, device=backend.device_of(like))
-        return xp.astype(W, like.dtype, copy=False)
+        return _like(self.state.mixing, like)
+
+    def _mix(self, mean_g, var_g, W):
+        """The outputs' marginals: the latents' mixed through W, plus the offsets."""
+        mean_f, var_f = mix(mean_g, var_g, W)
+        xp = backend.namespace(mean_g)
+        return mean_f + xp.reshape(_like(self.state.offset, mean_g), (1, -1)), var_f
 
     def latent_marginals(self, X, need_grad=False):
         """The latent marginals (n, L) at X, and the group tapes."""
@@ -191,7 +192,7 @@ class MixedModel(VariationalModel):
 
     def _marginals(self, X, need_grad):
         mean_g, var_g, tapes = self.latent_marginals(X, need_grad)
-        mean_f, var_f = mix(mean_g, var_g, self._mixing(mean_g))
+        mean_f, var_f = self._mix(mean_g, var_g, self._mixing(mean_g))
         return mean_f, var_f, tapes
 
     def natural_step_is_exact(self, jointly=True):
@@ -218,7 +219,7 @@ class MixedModel(VariationalModel):
         scale = self.n_data / X.shape[0]
         mean_g, var_g, tapes = self.latent_marginals(X, need_grad)
         W = self._mixing(mean_g)
-        mean_f, var_f = mix(mean_g, var_g, W)
+        mean_f, var_f = self._mix(mean_g, var_g, W)
         Y, weights, _, extra = self._split(Y, var_f)
         ell, d_mean_f, d_var_f = self._adjoints(Y, mean_f, var_f, weights, extra)
         elbo = scale * float(xp.sum(ell)) - self._kl(tapes)
@@ -236,6 +237,7 @@ class MixedModel(VariationalModel):
         if self.state.mixing_learned:
             grads["mixing"] = xp.astype(mixing_gradient(d_mean_f, d_var_f, mean_g, var_g, W),
                                         self.state.mixing.dtype, copy=False)
+            grads["offset"] = xp.astype(xp.sum(d_mean_f, axis=0), self.state.offset.dtype, copy=False)
         return BatchResult(elbo, grads, tape, d_mean_g, d_var_g)
 
     def _backward(self, tape, d_mean_g, d_var_g):
@@ -276,7 +278,7 @@ class MixedModel(VariationalModel):
         for g, cols in enumerate(columns):
             if g > 0:
                 # The outputs as the earlier groups' steps left them.
-                mean_f, var_f = mix(xp.concat(means, axis=1), tape.var_g, W)
+                mean_f, var_f = self._mix(xp.concat(means, axis=1), tape.var_g, W)
                 d_mean_f = self._adjoints(tape.Y, mean_f, var_f, tape.weights, tape.extra)[1]
                 d_mean_g = tape.scale * (d_mean_f @ W)
             groups[g] = self.basis.natural_step(tape.tapes[g], groups[g], d_mean_g[:, cols], result.d_var[:, cols],
@@ -303,7 +305,7 @@ class MixedModel(VariationalModel):
         Y, weights, _ = (Y, None, {}) if self.layout is None else self.layout.split(Y)
         counts = self.n_data / X.shape[0] * (xp.ones_like(X[:, :1]) if weights is None else weights)
         observed = xp.astype(~xp.isnan(Y), X.dtype)
-        Y0 = xp.where(observed > 0, Y, xp.zeros_like(Y))
+        Y0 = xp.where(observed > 0, Y - xp.reshape(_like(self.state.offset, X), (1, -1)), xp.zeros_like(Y))
         s2 = self.noise.value
         beta = counts * observed / xp.reshape(xp.asarray(s2, dtype=X.dtype, device=backend.device_of(X)), (1, -1))
         distinct, index = self.distinct_kernels()
@@ -319,6 +321,7 @@ class MixedModel(VariationalModel):
             grads["log_noise"] = -bound.beta_scaling_bar - 0.5 * entry_counts
         if self.state.mixing_learned:
             grads["mixing"] = bound.mixing_bar
+            grads["offset"] = bound.target_bar
         grads = {name: value for name, value in grads.items() if name != "inducing" or "inducing" in self.learn_fields}
         return BatchResult(elbo, grads, None, None, None)
 
@@ -335,4 +338,13 @@ class MixedModel(VariationalModel):
         parts = tuple(self.basis.make_predictor(kernel, group, self.jitter)
                       for kernel, group in zip(self.kernels, self.state.groups))
         return MixedPredictor(parts, tuple(k.to_sklearn() for k in distinct), tuple(index),
-                              np.array(backend.to_numpy(self.state.mixing), dtype=np.float64))
+                              np.array(backend.to_numpy(self.state.mixing), dtype=np.float64),
+                              np.array(backend.to_numpy(self.state.offset), dtype=np.float64))
+
+
+def _like(a, like):
+    """The array ``a`` in the namespace, device and dtype of ``like``."""
+    xp = backend.namespace(like)
+    if backend.namespace(a) is not xp:
+        a = backend.to_namespace(backend.to_numpy(a), xp, device=backend.device_of(like))
+    return xp.astype(a, like.dtype, copy=False)

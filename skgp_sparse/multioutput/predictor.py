@@ -27,12 +27,15 @@ class MixedPredictor:
     kernel_index : tuple of int
         Each group's kernel, as an index into ``kernels``.
     mixing : ndarray of shape (P, L)
+    offset : ndarray of shape (P,)
+        The constant of each output (zero for independent outputs).
     """
 
     parts: tuple
     kernels: tuple
     kernel_index: tuple
     mixing: np.ndarray
+    offset: np.ndarray
     _compiled: list = field(default=None, init=False, repr=False, compare=False)
 
     def _kernel(self, g):
@@ -57,8 +60,9 @@ class MixedPredictor:
         ``kernel`` is not read (each group has its own); it keeps the single-output call."""
         mean_g, second = self.latent_parts(X, full_cov)
         if full_cov:
-            return mean_g @ self.mixing.T, np.einsum("pl,lnm->pnm", self.mixing**2, second)
-        return mix(mean_g, second, self.mixing)
+            return mean_g @ self.mixing.T + self.offset, np.einsum("pl,lnm->pnm", self.mixing**2, second)
+        mean, var = mix(mean_g, second, self.mixing)
+        return mean + self.offset, var
 
     def __getstate__(self):
         state = self.__dict__.copy()

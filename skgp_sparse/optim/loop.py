@@ -189,7 +189,7 @@ def train(
 #: rule reads for a steady pull (the inducing inputs and q(u) are not among them:
 #: thousands of coordinates, and q is moved by its own natural steps), and those the exact
 #: search that starts a fit hands to it.
-HYPERPARAMETERS = ("theta", "log_noise", "likelihood", "mixing")
+HYPERPARAMETERS = ("theta", "log_noise", "likelihood", "mixing", "offset")
 
 
 def hyperparameters(model):
