@@ -453,3 +453,48 @@ def test_partial_fit_warm_start_float32_and_dask_chunks_with_nan():
     lazy = SparseGPRegressor(n_inducing=10, n_latent=2, missing_targets="mask", batch_size=50, random_state=0,
                              max_iter=10).fit(da.from_array(X, chunks=50), da.from_array(Y, chunks=(50, 3)))
     assert lazy.score(X, Y) > 0.8
+
+
+# --- other array libraries -----------------------------------------------------------------------
+@pytest.mark.parametrize("route", ["strict_device1", "torch_dispatch", "float32",
+                                   pytest.param("cupy_backend", marks=pytest.mark.gpu),
+                                   pytest.param("torch_backend", marks=pytest.mark.gpu)])
+def test_lmc_on_other_array_libraries_matches_numpy(route, monkeypatch):
+    """The same fit from a fixed start (no search: it is compared separately) on arrays of
+    another library, on a device that refuses conversions, through the ``backend`` option,
+    and in float32, gives numpy's predictions (float64: to rounding; float32: to its
+    tolerance)."""
+    import sklearn
+
+    from ._fit_checks import without_search
+
+    without_search(monkeypatch)
+    monkeypatch.setenv("SCIPY_ARRAY_API", "1")
+    X, Y = _regression(80)
+    Y[np.random.default_rng(5).random(Y.shape) < 0.15] = np.nan
+    params = dict(n_inducing=8, n_latent=2, missing_targets="mask", batch_size=20, max_iter=3, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = SparseGPRegressor(**params).fit(X, Y).predict(X[:10], return_std=True)
+        if route == "strict_device1":
+            xs = pytest.importorskip("array_api_strict")
+            device = xs.Device("device1")
+            with sklearn.config_context(array_api_dispatch=True):
+                reg = SparseGPRegressor(**params).fit(xs.asarray(X, device=device), xs.asarray(Y, device=device))
+                out = reg.predict(xs.asarray(X[:10], device=device), return_std=True)
+            out = [np.asarray(o.to_device(xs.Device("CPU_DEVICE"))) for o in out]
+        elif route == "torch_dispatch":
+            torch = pytest.importorskip("torch")
+            with sklearn.config_context(array_api_dispatch=True):
+                reg = SparseGPRegressor(**params).fit(torch.asarray(X), torch.asarray(Y))
+                out = [o.numpy() for o in reg.predict(torch.asarray(X[:10]), return_std=True)]
+        elif route.endswith("_backend"):
+            from ._array_libs import require_gpu
+
+            require_gpu(route.split("_")[0])
+            out = SparseGPRegressor(backend=route.split("_")[0], **params).fit(X, Y).predict(X[:10], return_std=True)
+        else:
+            out = SparseGPRegressor(dtype="float32", **params).fit(X, Y).predict(X[:10], return_std=True)
+    tolerance = 1e-3 if route == "float32" else 1e-8
+    for got, want in zip(out, reference):
+        np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)

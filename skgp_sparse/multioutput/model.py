@@ -71,6 +71,7 @@ class MixedModel(VariationalModel):
         if len(kernels) != len(state.groups):
             raise ValueError(f"{len(kernels)} kernels for {len(state.groups)} latent groups")
         self.kernels = list(kernels)
+        self._fixed_mixing_couples = None
 
     # --- the kernels ---------------------------------------------------------------------
     def distinct_kernels(self):
@@ -88,10 +89,14 @@ class MixedModel(VariationalModel):
 
     @property
     def coupled(self):
-        """Whether the mixing couples the latents (a learned W, or a fixed W that is not diagonal)."""
-        W = backend.to_numpy(self.state.mixing)
-        return self.state.mixing_learned or np.count_nonzero(W - np.diag(np.diag(W)) if W.shape[0] == W.shape[1]
-                                                             else W) > 0
+        """Whether the mixing couples the latents: a learned W, or a fixed one in which an
+        output loads on two latents (read once: a fixed W does not change)."""
+        if self.state.mixing_learned:
+            return True
+        if self._fixed_mixing_couples is None:
+            W = np.asarray(backend.to_numpy(self.state.mixing))
+            self._fixed_mixing_couples = bool(np.any(np.count_nonzero(W, axis=1) > 1))
+        return self._fixed_mixing_couples
 
     # --- parameters seen by Adam ---------------------------------------------------------
     def _field_name(self, field, g):

@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import backend
 from ..kernels import compile_kernel
 from .mixing import mix
 
@@ -44,25 +45,29 @@ class MixedPredictor:
         return self._compiled[self.kernel_index[g]]
 
     def latent_parts(self, X, full_cov=False):
-        """The latents' means (n, L) and variances (n, L), or covariances (L, n, n)."""
+        """The latents' means (n, L) and variances (n, L), or covariances (L, n, n), in
+        X's library (the predictor's arrays there too, as ``state_to`` moves them)."""
         means, seconds = [], []
         for g, part in enumerate(self.parts):
             mean, second = part.latent(self._kernel(g), X, full_cov=full_cov)
+            xp = backend.namespace(mean)
+            shape = ((mean.shape[1],) + tuple(second.shape[1:])) if full_cov else tuple(mean.shape)
             means.append(mean)
-            if full_cov:
-                seconds.append(np.broadcast_to(second, (mean.shape[1],) + second.shape[1:]))
-            else:
-                seconds.append(np.broadcast_to(second, mean.shape))
-        return np.hstack(means), (np.concatenate(seconds, axis=0) if full_cov else np.hstack(seconds))
+            seconds.append(xp.broadcast_to(second, shape))
+        return xp.concat(means, axis=1), xp.concat(seconds, axis=0 if full_cov else 1)
 
     def latent(self, kernel, X, full_cov=False):
         """The outputs' latent means (n, P) and variances (n, P), or covariances (P, n, n).
         ``kernel`` is not read (each group has its own); it keeps the single-output call."""
         mean_g, second = self.latent_parts(X, full_cov)
-        if full_cov:
-            return mean_g @ self.mixing.T + self.offset, np.einsum("pl,lnm->pnm", self.mixing**2, second)
-        mean, var = mix(mean_g, second, self.mixing)
-        return mean + self.offset, var
+        xp = backend.namespace(mean_g)
+        mean = mean_g @ self.mixing.T + xp.reshape(self.offset, (1, -1))
+        if not full_cov:
+            return mean, mix(mean_g, second, self.mixing)[1]
+        squares = self.mixing * self.mixing
+        cov = xp.stack([sum(squares[p, l] * second[l, ...] for l in range(second.shape[0]))
+                        for p in range(squares.shape[0])])
+        return mean, cov
 
     def __getstate__(self):
         state = self.__dict__.copy()
