@@ -23,7 +23,7 @@ from ..multioutput.mixing import output_covariances
 from ..optim.loop import hyperparameters
 from ._base import SparseGPBase
 from ._training import starting_jitter
-from ._multioutput import check_observed_columns, observed_moments, observed_r2, split_missing
+from ._multioutput import check_observed_columns, latent_kernels, observed_moments, observed_r2, split_missing
 from ._docs import fill_docstring
 from ._common import COMMON_CONSTRAINTS, default_kernel, is_dask_collection, outputs_follow_input
 from ._warnings import warn
@@ -369,8 +369,8 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
     def _build_model(self, kernel, state, n_data, basis=None, learn_inducing=True):
         if not isinstance(state, MixedState):
             return super()._build_model(kernel, state, n_data, basis, learn_inducing)
-        kernels = list(kernel) if isinstance(kernel, (list, tuple)) else (
-            [kernel] + [copy.deepcopy(kernel) for _ in range(len(state.groups) - 1)])
+        # A fresh LMC's latents start at spread length scales; a rebuilt one (a list) as fitted.
+        kernels = list(kernel) if isinstance(kernel, (list, tuple)) else latent_kernels(kernel, len(state.groups))
         if NoiseParameter(kernels[0], 1.0, None).from_kernel:
             raise ValueError(
                 "the kernel has a WhiteKernel term, but with n_latent or missing_targets='mask' each output "
@@ -715,7 +715,10 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         scale = self._y_train_std
         # Each output (column of the mean) gets the predictive covariance of its own
         # latent column, on its own scale: (n, n, P).
-        parts = [likelihood.predictive_covariance(mean[:, p], cov[min(p, cov.shape[0] - 1)], output=p)
+        # Each output's own noise where the outputs have their own (OutputGaussianLikelihood).
+        per_output = isinstance(likelihood, OutputGaussianLikelihood)
+        parts = [likelihood.predictive_covariance(mean[:, p], cov[min(p, cov.shape[0] - 1)],
+                                                  **({"output": p} if per_output else {}))
                  for p in range(mean.shape[1])]
         y_mean = np.column_stack([m for m, _ in parts]) * scale + self._y_train_mean
         y_cov = np.stack([c for _, c in parts], axis=-1) * scale**2

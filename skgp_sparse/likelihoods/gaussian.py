@@ -84,9 +84,8 @@ class GaussianLikelihood(Likelihood):
         """Mean and variance of y given the latent marginals (any namespace: operators only)."""
         return mean, var + self.noise_variance
 
-    def predictive_covariance(self, mean, cov, output=0):
-        """Mean (n,) and joint covariance (n, n) of y given the latent joint posterior (the
-        noise is one for every ``output``)."""
+    def predictive_covariance(self, mean, cov):
+        """Mean (n,) and joint covariance (n, n) of y given the latent joint posterior."""
         return mean, linalg.add_to_diagonal(cov, self.noise_variance)
 
     def log_predictive_density(self, y, mean, var):
