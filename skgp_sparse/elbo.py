@@ -336,6 +336,20 @@ class VariationalModel:
             return self.state
         return self.basis.natural_step(result.tape, self.state, result.d_mean, result.d_var, step)
 
+    def land_on_optimal_q(self, X, Y):
+        """One natural step of size one on all rows (X, Y), counted as all N: q's optimum
+        where the step is exact (:meth:`natural_step_is_exact`)."""
+        self.state = self.natural_step(self.evaluate(X, Y, need_grad="natural"), 1.0)
+
+    def start_q(self, X, Y):
+        """Set q before the stream from the rows of the exact search (X, Y); nothing here:
+        the stream's first natural steps of size one land on it."""
+
+    def solves_q_in_closed_form(self):
+        """Whether q's optimum over many rows has a closed form this model computes in one
+        pass (:meth:`optimal_q_over`); the multi-output model's does."""
+        return False
+
     def expected_log_lik_sum(self, chunks):
         """sum_n E_q[log p(y_n | f(x_n))] over the rows of ``chunks``, an iterable of (X, Y)."""
         total = 0.0

@@ -329,6 +329,7 @@ def search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale)
     if settings.jitter == "auto" and model.noise is not None:
         # The jitter follows the noise the search found (it was set for the initial noise).
         model.jitter = auto_jitter(model.kernel, model.state.inducing, smallest_noise(model))
+    model.start_q(X, Y)
     if settings.verbose:
         print(f"exact search on {X.shape[0]} rows: {result.n_iter} iterations, bound per row "
               f"{result.elbo / search.rows_counted:.4f}")
@@ -375,7 +376,9 @@ def settle_and_bound(model, rows, Y, rng, schedule, batch):
     Returns the ELBO of the fitted model over all training rows (one more pass over them).
     """
     exact = model.natural_step_is_exact(jointly=False)
-    if model.natural:
+    if model.solves_q_in_closed_form():
+        model.optimal_q_over(rows.batches(Y, PASS_CHUNK)(rng))
+    elif model.natural:
         size = max(batch, PASS_CHUNK) if exact else batch
         settle_variational(model, rows.batches(Y, size), rng, schedule, exact, SETTLE_STEPS)
     return model.elbo_of_chunks(rows.batches(Y, PASS_CHUNK)(rng))

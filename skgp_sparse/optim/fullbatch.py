@@ -127,7 +127,7 @@ class CollapsedObjective:
         """Move the model to ``vector`` and to q(u)'s optimum there; the ELBO and gradients."""
         model = self.model
         self._move(vector)
-        if self.exact:
+        if self.exact or model.collapses():
             land_on_optimal_q(model, self.X, self.Y)
         else:
             optimal_q(model, self.X, self.Y, exact=False, max_steps=INEXACT_Q_STEPS, rtol=INEXACT_Q_RTOL)
@@ -374,8 +374,9 @@ def optimise_collapsed(model, X, Y, optimizer, n_restarts, rng, scales=None, ver
 
 
 def land_on_optimal_q(model, X, Y):
-    """One natural step of size one on all rows (X, Y): q's optimum where the step is exact."""
-    model.state = model.natural_step(model.evaluate(X, Y, need_grad="natural"), 1.0)
+    """q's optimum on all rows (X, Y) where the model reaches it in one move
+    (``model.land_on_optimal_q``: a natural step of size one where it is exact)."""
+    model.land_on_optimal_q(X, Y)
 
 
 #: Largest natural step of :func:`optimal_q` after its first (a full step first). Near
