@@ -498,3 +498,33 @@ def test_lmc_on_other_array_libraries_matches_numpy(route, monkeypatch):
     tolerance = 1e-3 if route == "float32" else 1e-8
     for got, want in zip(out, reference):
         np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)
+
+
+def test_joint_q_in_closed_form_attains_the_collapsed_bound_and_its_variances():
+    """The joint optimum set in closed form (the end of a coupled-basis fit): its ELBO over
+    the rows is the collapsed bound, its output variances those of the dense joint
+    posterior, and the mean-field q of the same call (same means) lies below it."""
+    X, Y = _data(n=40)
+    model = _model(3, 3, m=6, X=X, random_q=False)
+    model.optimal_q_over([(X, Y)], joint=False)
+    mean_field = model.elbo(X, Y)
+    model.optimal_q_over([(X[:15], Y[:15]), (X[15:], Y[15:])], joint=True)
+    joint = model.elbo(X, Y)
+    np.testing.assert_allclose(joint, model.collapsed_evaluate(X, Y).elbo, rtol=1e-9)
+    assert mean_field < joint
+    # The dense joint posterior over the whitened values: output variances at new rows.
+    kuu, proj, kdiag, low = _dense_latent_prior(model, X)
+    W, s2 = model.state.mixing, model.noise.value
+    seen = ~np.isnan(Y)
+    Phi = np.array([np.concatenate([W[p, l] * (proj[l][n] @ low[l]) for l in range(3)]) for n, p in zip(*np.nonzero(seen))])
+    beta = 1.0 / s2[np.nonzero(seen)[1]]
+    cov = np.linalg.inv(np.eye(18) + Phi.T @ (beta[:, None] * Phi))
+    Xs = np.random.default_rng(9).uniform(-2, 2, (5, 2))
+    _, proj_s, kdiag_s, _ = _dense_latent_prior(model, Xs)
+    for n in range(5):
+        for p in range(3):
+            phi = np.concatenate([W[p, l] * (proj_s[l][n] @ low[l]) for l in range(3)])
+            prior = sum(W[p, l] ** 2 * (kdiag_s[l][n] - proj_s[l][n] @ kuu[l] @ proj_s[l][n]) for l in range(3))
+            want = prior + phi @ cov @ phi
+            np.testing.assert_allclose(model._marginals(Xs[n:n + 1], False)[1][0, p], want, rtol=1e-8)
+            np.testing.assert_allclose(model.predictor().latent(None, Xs[n:n + 1])[1][0, p], want, rtol=1e-8)

@@ -181,7 +181,7 @@ def starting_jitter(jitter, kernel, Z, noise_variance=None):
 
 def fits_collapsed(model, rows, batch):
     """Whether the fit optimises the collapsed bound (full batch, exact natural steps)."""
-    return batch >= rows.n_rows and model.natural_step_is_exact()
+    return batch >= rows.n_rows and model.q_optimal_in_closed_form()
 
 
 def run_collapsed(settings, model, rows, Y, rng, x_scale):
@@ -262,7 +262,8 @@ def starts_with_search(settings, model, rows, streaming=False):
     (``streaming``: the first call of ``partial_fit``, which never is)."""
     if not model.learn_hyperparameters:
         return False
-    return streaming or not fits_collapsed(model, rows, batch_rows(settings, rows.n_rows, model.natural_step_is_exact()))
+    return streaming or not fits_collapsed(model, rows,
+                                           batch_rows(settings, rows.n_rows, model.q_optimal_in_closed_form()))
 
 
 def search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale):
@@ -314,7 +315,7 @@ def search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale)
     optimizer = settings.optimizer or "fmin_l_bfgs_b"
     search = search_model(model, model.n_data, False)
     fields = [name for name in model.basis.INDUCING_FIELDS if name in model.learn_fields]
-    second_stage = bool(fields) and (search.natural_step_is_exact() or search.collapses())
+    second_stage = bool(fields) and search.q_optimal_in_closed_form()
     result = optimise_collapsed(search, X, Y, optimizer, settings.n_restarts_optimizer, rng,
                                 verbose=settings.verbose > 1, trust_region=True, tol=settings.tol,
                                 max_iter=SEARCH_FIRST_STAGE_MAX_ITER if second_stage else SEARCH_MAX_ITER)
@@ -377,7 +378,8 @@ def settle_and_bound(model, rows, Y, rng, schedule, batch):
     """
     exact = model.natural_step_is_exact(jointly=False)
     if model.solves_q_in_closed_form():
-        model.optimal_q_over(rows.batches(Y, PASS_CHUNK)(rng))
+        # The joint optimum at the final hyperparameters: its bound and predictions.
+        model.optimal_q_over(rows.batches(Y, PASS_CHUNK)(rng), joint=True)
     elif model.natural:
         size = max(batch, PASS_CHUNK) if exact else batch
         settle_variational(model, rows.batches(Y, size), rng, schedule, exact, SETTLE_STEPS)
@@ -394,12 +396,15 @@ def run_training(settings, model, rows, Y, rng, steps_done=0, x_scale=None):
     Y is in memory.
     """
     n = rows.n_rows
-    batch = batch_rows(settings, n, model.natural_step_is_exact())
+    batch = batch_rows(settings, n, model.q_optimal_in_closed_form())
     x_scale = feature_scale(rows.sample) if x_scale is None else x_scale
     schedule, adam = make_optimisers(settings, model, x_scale, batch >= n, steps_done)
     name = settings.name
     if fits_collapsed(model, rows, batch):
         history, bound = run_collapsed(settings, model, rows, Y, rng, x_scale)
+        if model.solves_q_in_closed_form():
+            # Several outputs: the joint q at the optimum the search found, and its bound.
+            bound = settle_and_bound(model, rows, Y, rng, schedule, batch)
         _state_to_host(model)
         step_tolerance = 0.0
     else:

@@ -19,7 +19,6 @@ from ..kernels import compile_kernel
 from ..likelihoods import (GaussianLikelihood, NoiseParameter, OutputGaussianLikelihood, OutputNoise,
                            PoissonLikelihood, StudentTLikelihood)
 from ..multioutput import MixedModel, MixedPredictor, MixedState, initial_mixing
-from ..multioutput.mixing import output_covariances
 from ..optim.loop import hyperparameters
 from ._base import SparseGPBase
 from ._training import starting_jitter
@@ -787,14 +786,13 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         return y * self._y_train_std[0] + self._y_train_mean[0]
 
     def _sample_mixed(self, X, n_samples, rng):
-        """``sample_y`` of a multi-output model: each latent drawn from its joint posterior
-        at X, mixed into the outputs (so the draws are correlated across outputs as the
-        model says), plus each output's noise; (n, P, n_samples)."""
+        """``sample_y`` of a multi-output model: the outputs' latent values drawn jointly
+        over the rows and the outputs (correlated across outputs as the model says), plus
+        each output's noise; (n, P, n_samples)."""
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        mean_g, cov_g = self.predictor_.latent_parts(X, full_cov=True)
-        latents = np.stack([rng.multivariate_normal(mean_g[:, l], cov_g[l], n_samples)
-                            for l in range(mean_g.shape[1])], axis=1)            # (s, L, n)
-        outputs = np.einsum("pl,sln->nps", self.predictor_.mixing, latents) + self.predictor_.offset[None, :, None]
+        mean, cov = self.predictor_.joint_output_covariance(X)
+        draws = rng.multivariate_normal(mean.reshape(-1), cov, n_samples)          # (s, n P), index n P + p
+        outputs = np.transpose(draws.reshape(n_samples, X.shape[0], -1), (1, 2, 0))
         noise = np.sqrt(self.noise_variance_)[None, :, None] * rng.standard_normal(outputs.shape)
         return (outputs + noise) * self._y_train_std[None, :, None] + self._y_train_mean[None, :, None]
 
@@ -819,8 +817,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         X = validate_data(self, X, reset=False, dtype=np.float64)
         scale = self._y_train_std
         if isinstance(self.predictor_, MixedPredictor):
-            _, var_g = self.predictor_.latent_parts(X)
-            cov = output_covariances(var_g, self.predictor_.mixing)
+            cov = self.predictor_.output_covariances(X)
         else:
             _, var = self._latent(X)
             cov = np.einsum("np,pq->npq", np.broadcast_to(var, (X.shape[0], scale.shape[0])), np.eye(scale.shape[0]))

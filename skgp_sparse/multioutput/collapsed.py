@@ -36,7 +36,8 @@ import numpy as np
 
 from .. import backend as be
 from ..bases.toolkit import cross_and_diagonal, factor_kzz
-from ..linalg import add_to_diagonal, cho_solve, cholesky, diagonal, eye, jittered_cholesky_backward, solve_triangular
+from ..linalg import (add_to_diagonal, cho_solve, cholesky, diagonal, eye, jittered_cholesky_backward, solve_triangular,
+                      tri_inverse)
 
 
 @dataclass
@@ -177,22 +178,26 @@ def _shift(A, r):
     return xp.concat([A[l] @ r[:, l : l + 1] for l in range(len(A))], axis=0)
 
 
-def mean_field_optimum(kernels, kernel_of_column, chunks, W, Z, jitter, coupled=True):
-    """The optimal q of the mean-field family, q(v) = prod_l q(v_l), in closed form.
+def optimal_q(kernels, kernel_of_column, chunks, W, Z, jitter, coupled=True):
+    """The optimal q under Gaussian noise, jointly over the L x M values and within the
+    mean-field family, in closed form.
 
-    Under Gaussian noise the bound is a concave quadratic in the means, so its optimum
-    over a mean-field q keeps the joint posterior's means, m = B^-1 [A_l r_l]_l, and gives
-    each latent the precision of its own block, B_ll (each latent's covariance given
-    the rest). B and the shift are sums over the rows, so ``chunks`` (an iterable of
-    (X, Y, beta) as :func:`lmc_collapsed_bound` takes them) is read once, in pieces:
-    O(n L^2 M^2 + L^3 M^3) for n rows.
+    The bound is a concave quadratic in the means, so both optima share the joint
+    posterior's means, m = B^-1 [A_l r_l]_l; the joint q's covariance is B^-1, and the
+    mean-field q gives each latent the precision of its own block, B_ll (each latent's
+    covariance given the rest, which understates its spread where the latents are
+    correlated in the posterior). B and the shift are sums over the rows, so ``chunks``
+    (an iterable of (X, Y, beta) as :func:`lmc_collapsed_bound` takes them) is read once,
+    in pieces: O(n L^2 M^2 + L^3 M^3) for n rows.
 
     Returns
     -------
     means : list of arrays of shape (M, 1)
         The whitened mean of each latent column.
     precisions : list of arrays of shape (M, M)
-        The whitened precision of each latent column.
+        The whitened mean-field precision of each latent column.
+    joint_inverse_factor : array of shape (L M, L M)
+        L_B^-1, lower triangular: the joint covariance is its Gram matrix L_B^-T L_B^-1.
     jitter : float
         The relative jitter the factorisations of K_zz needed.
     """
@@ -209,6 +214,26 @@ def mean_field_optimum(kernels, kernel_of_column, chunks, W, Z, jitter, coupled=
         b_minus_i = chunk_b if b_minus_i is None else b_minus_i + chunk_b
         shift = chunk_shift if shift is None else shift + chunk_shift
     precision = add_to_diagonal(b_minus_i, 1.0, xp)
-    means = cho_solve(cholesky(precision), shift)
+    low_b = cholesky(precision)
+    means = cho_solve(low_b, shift)
     blocks = [precision[l * m : (l + 1) * m, l * m : (l + 1) * m] for l in range(n_latent)]
-    return [means[l * m : (l + 1) * m, :] for l in range(n_latent)], blocks, max(f[1] for f in factors)
+    return ([means[l * m : (l + 1) * m, :] for l in range(n_latent)], blocks, tri_inverse(low_b),
+            max(f[1] for f in factors))
+
+
+def projections(kernels, kernel_of_column, low_factors, Z, X):
+    """A_l = L_l^-1 K_l(Z, X) of each latent column (M, n), and the prior variance each
+    leaves unexplained, t (n, L) = k_l(x, x) - |a_l(x)|^2."""
+    A_k = [solve_triangular(low, kernel(Z, X)) for kernel, low in zip(kernels, low_factors)]
+    xp = be.namespace(A_k[0])
+    A = [A_k[k] for k in kernel_of_column]
+    t = xp.stack([kernels[k].diag(X) - xp.sum(A[l] * A[l], axis=0) for l, k in enumerate(kernel_of_column)], axis=1)
+    return A, t
+
+
+def joint_output_factors(A, W, joint_inverse_factor):
+    """G_p = L_B^-1 [W[p, l] A_l]_l (L M, n) for each output p: the joint q's covariance of
+    outputs p and q at rows n, n' is G_p[:, n]^T G_q[:, n']."""
+    m = A[0].shape[0]
+    U = [joint_inverse_factor[:, l * m : (l + 1) * m] @ A[l] for l in range(len(A))]
+    return [sum(W[p, l] * U[l] for l in range(len(A))) for p in range(W.shape[0])]

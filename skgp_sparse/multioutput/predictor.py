@@ -6,7 +6,20 @@ import numpy as np
 
 from .. import backend
 from ..kernels import compile_kernel
-from .mixing import mix
+from .collapsed import joint_output_factors, projections
+from .mixing import mix, output_covariances
+
+
+@dataclass
+class JointCovariance:
+    """The joint q's covariance over every latent's whitened inducing values, as a
+    predictor needs it: the inducing inputs, each distinct kernel's Cholesky factor of
+    K(Z, Z) (jittered as fitted) and L_B^-1 (see :func:`.collapsed.optimal_q`)."""
+
+    inducing: np.ndarray
+    #: (K, M, M), one per distinct kernel (an array, so that it moves with the others).
+    low_factors: np.ndarray
+    inverse_factor: np.ndarray
 
 
 @dataclass
@@ -30,6 +43,9 @@ class MixedPredictor:
     mixing : ndarray of shape (P, L)
     offset : ndarray of shape (P,)
         The constant of each output (zero for independent outputs).
+    joint : JointCovariance or None
+        Where the fit ended with the joint q (the coupled basis), its covariance: the
+        outputs' variances and covariances then come from it (the means do not change).
     """
 
     parts: tuple
@@ -37,6 +53,7 @@ class MixedPredictor:
     kernel_index: tuple
     mixing: np.ndarray
     offset: np.ndarray
+    joint: JointCovariance = None
     _compiled: list = field(default=None, init=False, repr=False, compare=False)
 
     def _kernel(self, g):
@@ -62,12 +79,63 @@ class MixedPredictor:
         mean_g, second = self.latent_parts(X, full_cov)
         xp = backend.namespace(mean_g)
         mean = mean_g @ self.mixing.T + xp.reshape(self.offset, (1, -1))
+        if self.joint is not None:
+            return mean, self._joint_output_moments(X, full_cov)
         if not full_cov:
             return mean, mix(mean_g, second, self.mixing)[1]
         squares = self.mixing * self.mixing
         cov = xp.stack([sum(squares[p, l] * second[l, ...] for l in range(second.shape[0]))
                         for p in range(squares.shape[0])])
         return mean, cov
+
+    def _kernel_of_column(self):
+        """Each latent column's kernel (the joint q is the coupled basis's: its predictors
+        have one mean column per latent)."""
+        return [self.kernel_index[g] for g, part in enumerate(self.parts) for _ in range(part.mean_weights.shape[1])]
+
+    def _joint_projections(self, X):
+        """The distinct compiled kernels, and A_l and t of :func:`.collapsed.projections` at X."""
+        kernels = [self._kernel(self.kernel_index.index(k)) for k in range(len(self.kernels))]
+        lows = [self.joint.low_factors[k, ...] for k in range(len(kernels))]
+        return (kernels,) + tuple(projections(kernels, self._kernel_of_column(), lows, self.joint.inducing, X))
+
+    def _joint_output_moments(self, X, full_cov):
+        """Each output's variances (n, P), or covariances over the rows (P, n, n), under the joint q."""
+        kernels, A, t = self._joint_projections(X)
+        G = joint_output_factors(A, self.mixing, self.joint.inverse_factor)
+        xp = backend.namespace(t)
+        squares = self.mixing * self.mixing
+        if not full_cov:
+            return t @ squares.T + xp.stack([xp.sum(g * g, axis=0) for g in G], axis=1)
+        columns = self._kernel_of_column()
+        residual = [kernels[k](X) - A[l].T @ A[l] for l, k in enumerate(columns)]
+        return xp.stack([sum(squares[p, l] * residual[l] for l in range(len(A))) + G[p].T @ G[p]
+                         for p in range(len(G))])
+
+    def output_covariances(self, X):
+        """The P x P covariance of the outputs' latent values at each row of X, (n, P, P)."""
+        if self.joint is None:
+            _, var_g = self.latent_parts(X)
+            return output_covariances(np.asarray(var_g), self.mixing)
+        _, A, t = self._joint_projections(X)
+        G = np.stack(joint_output_factors(A, self.mixing, self.joint.inverse_factor))   # (P, LM, n)
+        return np.einsum("pl,nl,ql->npq", self.mixing, t, self.mixing) + np.einsum("pkn,qkn->npq", G, G)
+
+    def joint_output_covariance(self, X):
+        """The covariance of every output's latent values at every row, ((n P) x (n P)),
+        index n * P + p, and their means (n, P): for joint draws."""
+        mean_g, cov_g = self.latent_parts(X, full_cov=True)
+        mean = mean_g @ self.mixing.T + self.offset
+        n, P = X.shape[0], self.mixing.shape[0]
+        if self.joint is None:
+            cov = np.einsum("pl,lnm,ql->npmq", self.mixing, cov_g, self.mixing)
+            return mean, cov.reshape(n * P, n * P)
+        columns = self._kernel_of_column()
+        kernels, A, _ = self._joint_projections(X)
+        G = np.stack(joint_output_factors(A, self.mixing, self.joint.inverse_factor))   # (P, LM, n)
+        residual = np.stack([kernels[k](X) - A[l].T @ A[l] for l, k in enumerate(columns)])
+        cov = np.einsum("pl,lnm,ql->npmq", self.mixing, residual, self.mixing) + np.einsum("pkn,qkm->npmq", G, G)
+        return mean, cov.reshape(n * P, n * P)
 
     def __getstate__(self):
         state = self.__dict__.copy()

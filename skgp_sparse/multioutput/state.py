@@ -32,12 +32,19 @@ class MixedState(VariationalState):
         difference, which L < P latents otherwise spend a latent on (measured on three
         outputs of two latents with a block hidden from one: hidden-block RMSE 0.24
         without it, the noise of that output ten times the others').
+    joint_inverse_factor : array of shape (L M, L M) or None
+        L_B^-1 of the joint q over every latent's whitened inducing values, whose
+        covariance is its Gram matrix, where the fit ended with the joint optimum in closed
+        form (the coupled basis); None while the groups' own (mean-field) q holds. The
+        means are the groups' either way. Training steps work on the mean-field q and
+        drop it.
     """
 
     groups: tuple
     mixing: np.ndarray
     mixing_learned: bool
     offset: np.ndarray
+    joint_inverse_factor: object = None
 
     @property
     def inducing(self):
