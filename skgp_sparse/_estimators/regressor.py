@@ -552,7 +552,9 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
             (see the scaling guide).
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
             Targets; several columns share the kernel and the inducing inputs, each with
-            its own variational mean (Gaussian likelihood only). Non-negative integer
+            its own variational mean (Gaussian likelihood only), or are mixtures of
+            latent GPs (``n_latent``); NaN marks a missing entry with
+            ``missing_targets="mask"``. Non-negative integer
             counts for ``likelihood="poisson"``.
         sample_weight : array-like of shape (n_samples,), default=None
             Non-negative weight of each row: its expected log-likelihood counts that many
@@ -800,9 +802,11 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         """The P x P covariance of the outputs' predictive distribution at each row of X.
 
         Under ``n_latent`` the outputs share latent GPs, so at one input they are
-        correlated: ``W diag(var_g(x)) W^T`` plus each output's noise on the diagonal
-        (the multi-output paper's eq. 53). Independent outputs give a diagonal matrix.
-        Its diagonal is the square of ``predict(X, return_std=True)[1]``.
+        correlated: ``W Sigma_g(x) W^T`` plus each output's noise on the diagonal, with
+        Sigma_g the latents' covariance at x (diagonal for a mean-field q, the multi-output
+        paper's eq. 53; full for the joint q a coupled-basis fit ends with). Independent
+        outputs give a diagonal matrix. Its diagonal is the square of
+        ``predict(X, return_std=True)[1]``.
 
         Parameters
         ----------
