@@ -36,8 +36,8 @@ import numpy as np
 
 from .. import backend as be
 from ..bases.toolkit import cross_and_diagonal, factor_kzz
-from ..linalg import (add_to_diagonal, cho_solve, cholesky, diagonal, eye, jittered_cholesky_backward, solve_triangular,
-                      tri_inverse)
+from ..linalg import (add_to_diagonal, cho_solve, cholesky, diagonal, eye, jittered_cholesky_backward, mm,
+                      solve_triangular, tri_inverse)
 
 
 @dataclass
@@ -98,7 +98,7 @@ def lmc_collapsed_bound(kernels, kernel_of_column, X, Y, beta, W, Z, jitter, cou
     q_mean = cho_solve(low_b, _shift(A, r))
     cov = cho_solve(low_b, eye(n_latent * m, low_b))
     means = [q_mean[l * m : (l + 1) * m, :] for l in range(n_latent)]
-    mean_g = xp.concat([A[l].T @ means[l] for l in range(n_latent)], axis=1)
+    mean_g = xp.concat([mm(A[l], means[l], trans_a=True) for l in range(n_latent)], axis=1)
     resid = Y - mean_g @ W.T
     weighted = beta * resid
     t = xp.stack([factors[kernel_of_column[l]][6] - xp.sum(A[l] * A[l], axis=0) for l in range(n_latent)], axis=1)
@@ -109,7 +109,7 @@ def lmc_collapsed_bound(kernels, kernel_of_column, X, Y, beta, W, Z, jitter, cou
     # T_ll' and S_ll' A_l' for every pair that B couples.
     spread, cross = {}, {}
     for (l, j) in pairs:
-        spread[(l, j)] = cov[l * m : (l + 1) * m, j * m : (j + 1) * m] @ A[j]
+        spread[(l, j)] = mm(cov[l * m : (l + 1) * m, j * m : (j + 1) * m], A[j])
         cross[(l, j)] = xp.sum(A[l] * spread[(l, j)], axis=0)
     e_g = weighted @ W
     squares = W * W
@@ -137,7 +137,7 @@ def lmc_collapsed_bound(kernels, kernel_of_column, X, Y, beta, W, Z, jitter, cou
     for k, (low_k, used, back_zz, back_zx, back_diag, a, _) in enumerate(factors):
         mine = [l for l in range(n_latent) if kernel_of_column[l] == k]
         a_bar = sum(a_bars[l] for l in mine)
-        lt_low_bar = -(a_bar @ a.T)
+        lt_low_bar = -mm(a_bar, a, trans_b=True)
         kzz_bar = jittered_cholesky_backward(low_k, lt_low_bar, used)
         theta_zz, z_zz = back_zz(kzz_bar)
         theta_zx, z_zx = back_zx(solve_triangular(low_k, a_bar, trans=True))
@@ -160,22 +160,21 @@ def _row_terms(A, Y, beta, W, pairs, m, xp):
     n_latent = W.shape[1]
     c = {(l, j): beta @ (W[:, l] * W[:, j]) for (l, j) in pairs}
     r = (beta * Y) @ W
-    rows = []
-    for l in range(n_latent):
-        row = []
-        for j in range(n_latent):
-            if (l, j) in c:
-                row.append((A[l] * xp.reshape(c[(l, j)], (1, -1))) @ A[j].T)
-            else:
-                row.append(xp.zeros((m, m), dtype=A[0].dtype, device=be.device_of(A[0])))
-        rows.append(xp.concat(row, axis=1))
+    blocks = {}
+    for (l, j) in pairs:
+        # B is symmetric: each block above the diagonal once, its transpose below.
+        if l <= j:
+            blocks[(l, j)] = mm(A[l] * xp.reshape(c[(l, j)], (1, -1)), A[j], trans_b=True)
+    zero = xp.zeros((m, m), dtype=A[0].dtype, device=be.device_of(A[0]))
+    rows = [xp.concat([blocks[(l, j)] if (l, j) in blocks else (blocks[(j, l)].T if (j, l) in blocks else zero)
+                       for j in range(n_latent)], axis=1) for l in range(n_latent)]
     return c, r, xp.concat(rows, axis=0)
 
 
 def _shift(A, r):
     """The joint posterior's shift [A_l r_l]_l, (L M, 1)."""
     xp = be.namespace(r)
-    return xp.concat([A[l] @ r[:, l : l + 1] for l in range(len(A))], axis=0)
+    return xp.concat([mm(A[l], r[:, l : l + 1]) for l in range(len(A))], axis=0)
 
 
 def optimal_q(kernels, kernel_of_column, chunks, W, Z, jitter, coupled=True):
@@ -235,5 +234,5 @@ def joint_output_factors(A, W, joint_inverse_factor):
     """G_p = L_B^-1 [W[p, l] A_l]_l (L M, n) for each output p: the joint q's covariance of
     outputs p and q at rows n, n' is G_p[:, n]^T G_q[:, n']."""
     m = A[0].shape[0]
-    U = [joint_inverse_factor[:, l * m : (l + 1) * m] @ A[l] for l in range(len(A))]
+    U = [mm(joint_inverse_factor[:, l * m : (l + 1) * m], A[l]) for l in range(len(A))]
     return [sum(W[p, l] * U[l] for l in range(len(A))) for p in range(W.shape[0])]

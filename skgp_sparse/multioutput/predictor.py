@@ -6,6 +6,7 @@ import numpy as np
 
 from .. import backend
 from ..kernels import compile_kernel
+from ..linalg import mm
 from .collapsed import joint_output_factors, projections
 from .mixing import mix, output_covariances
 
@@ -108,8 +109,8 @@ class MixedPredictor:
         if not full_cov:
             return t @ squares.T + xp.stack([xp.sum(g * g, axis=0) for g in G], axis=1)
         columns = self._kernel_of_column()
-        residual = [kernels[k](X) - A[l].T @ A[l] for l, k in enumerate(columns)]
-        return xp.stack([sum(squares[p, l] * residual[l] for l in range(len(A))) + G[p].T @ G[p]
+        residual = [kernels[k](X) - mm(A[l], A[l], trans_a=True) for l, k in enumerate(columns)]
+        return xp.stack([sum(squares[p, l] * residual[l] for l in range(len(A))) + mm(G[p], G[p], trans_a=True)
                          for p in range(len(G))])
 
     def output_covariances(self, X):
@@ -133,7 +134,7 @@ class MixedPredictor:
         columns = self._kernel_of_column()
         kernels, A, _ = self._joint_projections(X)
         G = np.stack(joint_output_factors(A, self.mixing, self.joint.inverse_factor))   # (P, LM, n)
-        residual = np.stack([kernels[k](X) - A[l].T @ A[l] for l, k in enumerate(columns)])
+        residual = np.stack([kernels[k](X) - mm(A[l], A[l], trans_a=True) for l, k in enumerate(columns)])
         cov = np.einsum("pl,lnm,ql->npmq", self.mixing, residual, self.mixing) + np.einsum("pkn,qkm->npmq", G, G)
         return mean, cov.reshape(n * P, n * P)
 
