@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import backend as be
 from ..bases.toolkit import cross_and_diagonal, factor_kzz
-from ..linalg import (add_to_diagonal, cho_solve, cholesky, diagonal, eye, jittered_cholesky_backward, mm,
+from ..linalg import (add_to_diagonal, cho_solve, cholesky, diagonal, jittered_cholesky_backward, mm,
                       solve_triangular, tri_inverse)
 
 
@@ -95,8 +95,10 @@ def lmc_collapsed_bound(kernels, kernel_of_column, X, Y, beta, W, Z, jitter, cou
     pairs = _pairs(n_latent, coupled)
     c, r, b_minus_i = _row_terms(A, Y, beta, W, pairs, m, xp)
     low_b = cholesky(add_to_diagonal(b_minus_i, 1.0, xp))
-    q_mean = cho_solve(low_b, _shift(A, r))
-    cov = cho_solve(low_b, eye(n_latent * m, low_b))
+    # S = B^-1 = F^T F with F = L_B^-1: its blocks enter only through F's column blocks
+    # times the projections, U_l = F[:, l] A_l, so S itself is never formed.
+    inv_b = tri_inverse(low_b)
+    q_mean = mm(inv_b, mm(inv_b, _shift(A, r)), trans_a=True)
     means = [q_mean[l * m : (l + 1) * m, :] for l in range(n_latent)]
     mean_g = xp.concat([mm(A[l], means[l], trans_a=True) for l in range(n_latent)], axis=1)
     resid = Y - mean_g @ W.T
@@ -106,23 +108,25 @@ def lmc_collapsed_bound(kernels, kernel_of_column, X, Y, beta, W, Z, jitter, cou
     value = (-0.5 * (float(xp.sum(weighted * resid)) + float(xp.sum(q_mean * q_mean))) - 0.5 * log_det_b
              - 0.5 * sum(float(xp.sum(c[(l, l)] * t[:, l])) for l in range(n_latent)))
 
-    # T_ll' and S_ll' A_l' for every pair that B couples.
-    spread, cross = {}, {}
+    # T_ll' = colsum(U_l * U_l') and sum_l' S_ll' A_l' diag(c_ll') = F[:, l]^T sum_l' U_l' diag(c_ll').
+    U = [mm(inv_b[:, l * m : (l + 1) * m], A[l]) for l in range(n_latent)]
+    cross = {}
     for (l, j) in pairs:
-        spread[(l, j)] = mm(cov[l * m : (l + 1) * m, j * m : (j + 1) * m], A[j])
-        cross[(l, j)] = xp.sum(A[l] * spread[(l, j)], axis=0)
+        cross[(l, j)] = cross[(j, l)] if (j, l) in cross else xp.sum(U[l] * U[j], axis=0)
+    spread = {}
+    for l in range(n_latent):
+        weighted_u = sum(U[j] * xp.reshape(c[(l, j)], (1, -1)) for j in range(n_latent) if (l, j) in pairs)
+        spread[l] = mm(inv_b[:, l * m : (l + 1) * m], weighted_u, trans_a=True)
     e_g = weighted @ W
     squares = W * W
     var_f = t @ squares.T
     mixing_bar = weighted.T @ mean_g - W * (beta.T @ t)
     a_bars = []
     for l in range(n_latent):
-        a_bar = means[l] * xp.reshape(e_g[:, l], (1, -1)) + A[l] * xp.reshape(c[(l, l)], (1, -1))
+        a_bars.append(means[l] * xp.reshape(e_g[:, l], (1, -1)) + A[l] * xp.reshape(c[(l, l)], (1, -1)) - spread[l])
         for j in range(n_latent):
             if (l, j) in pairs:
-                a_bar = a_bar - spread[(l, j)] * xp.reshape(c[(l, j)], (1, -1))
                 var_f = var_f + xp.reshape(cross[(l, j)], (-1, 1)) * xp.reshape(W[:, l] * W[:, j], (1, -1))
-        a_bars.append(a_bar)
     columns = []
     for l in range(n_latent):
         pull = xp.zeros_like(W[:, 0])
