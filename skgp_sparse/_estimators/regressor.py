@@ -1,5 +1,6 @@
 """SparseGPRegressor: the scikit-learn face of sparse variational GP regression."""
 
+import copy
 from dataclasses import dataclass
 from numbers import Integral, Real
 
@@ -10,8 +11,6 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
-
-import copy
 
 from .. import backend
 from ..bases import BASES
