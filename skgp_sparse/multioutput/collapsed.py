@@ -109,14 +109,27 @@ def lmc_collapsed_bound(kernels, kernel_of_column, X, Y, beta, W, Z, jitter, cou
              - 0.5 * sum(float(xp.sum(c[(l, l)] * t[:, l])) for l in range(n_latent)))
 
     # T_ll' = colsum(U_l * U_l') and sum_l' S_ll' A_l' diag(c_ll') = F[:, l]^T sum_l' U_l' diag(c_ll').
-    U = [mm(inv_b[:, l * m : (l + 1) * m], A[l]) for l in range(n_latent)]
+    # F is lower triangular: its column block l is zero above row l M, so each U_l is kept
+    # from that row down (the products skip the zero blocks).
+    U = [mm(inv_b[l * m :, l * m : (l + 1) * m], A[l]) for l in range(n_latent)]
     cross = {}
     for (l, j) in pairs:
-        cross[(l, j)] = cross[(j, l)] if (j, l) in cross else xp.sum(U[l] * U[j], axis=0)
+        if (j, l) in cross:
+            cross[(l, j)] = cross[(j, l)]
+        else:
+            start = max(l, j) * m
+            cross[(l, j)] = xp.sum(U[l][start - l * m :, :] * U[j][start - j * m :, :], axis=0)
     spread = {}
     for l in range(n_latent):
-        weighted_u = sum(U[j] * xp.reshape(c[(l, j)], (1, -1)) for j in range(n_latent) if (l, j) in pairs)
-        spread[l] = mm(inv_b[:, l * m : (l + 1) * m], weighted_u, trans_a=True)
+        weighted_u = 0.0
+        for j in range(n_latent):
+            if (l, j) not in pairs:
+                continue
+            # Rows l M.. of U_j (zeros above its own start).
+            tail = U[j][(l - j) * m :, :] if j <= l else xp.concat(
+                [xp.zeros(((j - l) * m, U[j].shape[1]), dtype=U[j].dtype, device=be.device_of(U[j])), U[j]], axis=0)
+            weighted_u = weighted_u + tail * xp.reshape(c[(l, j)], (1, -1))
+        spread[l] = mm(inv_b[l * m :, l * m : (l + 1) * m], weighted_u, trans_a=True)
     e_g = weighted @ W
     squares = W * W
     var_f = t @ squares.T
