@@ -122,6 +122,12 @@ class VariationalModel:
         self._sync_noise()
 
     @property
+    def kernels(self):
+        """Every compiled kernel of the model (one here; a kernel per latent group in
+        several-output models)."""
+        return [self.kernel]
+
+    @property
     def rows_counted(self):
         """The number of rows the data term counts: N, times the mean sample weight.
 

@@ -458,7 +458,7 @@ def report_fit(name, model, step_tolerance):
     if model.learn_hyperparameters:
         noise = model.noise
         # Each latent's kernel of a multi-output model, and each output's noise variance.
-        for kernel in getattr(model, "kernels", [model.kernel]):
+        for kernel in model.kernels:
             warn_at_bounds(name, kernel.to_sklearn(), step_tolerance)
         if noise is not None and noise.learned:
             for value in np.ravel(noise.value):
