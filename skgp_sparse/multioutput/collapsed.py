@@ -108,46 +108,12 @@ def lmc_collapsed_bound(kernels, kernel_of_column, X, Y, beta, W, Z, jitter, cou
     value = (-0.5 * (float(xp.sum(weighted * resid)) + float(xp.sum(q_mean * q_mean))) - 0.5 * log_det_b
              - 0.5 * sum(float(xp.sum(c[(l, l)] * t[:, l])) for l in range(n_latent)))
 
-    # T_ll' = colsum(U_l * U_l') and sum_l' S_ll' A_l' diag(c_ll') = F[:, l]^T sum_l' U_l' diag(c_ll').
-    # F is lower triangular: its column block l is zero above row l M, so each U_l is kept
-    # from that row down (the products skip the zero blocks).
-    U = [mm(inv_b[l * m :, l * m : (l + 1) * m], A[l]) for l in range(n_latent)]
-    cross = {}
-    for (l, j) in pairs:
-        if (j, l) in cross:
-            cross[(l, j)] = cross[(j, l)]
-        else:
-            start = max(l, j) * m
-            cross[(l, j)] = xp.sum(U[l][start - l * m :, :] * U[j][start - j * m :, :], axis=0)
-    spread = {}
-    for l in range(n_latent):
-        weighted_u = 0.0
-        for j in range(n_latent):
-            if (l, j) not in pairs:
-                continue
-            # Rows l M.. of U_j (zeros above its own start).
-            tail = U[j][(l - j) * m :, :] if j <= l else xp.concat(
-                [xp.zeros(((j - l) * m, U[j].shape[1]), dtype=U[j].dtype, device=be.device_of(U[j])), U[j]], axis=0)
-            weighted_u = weighted_u + tail * xp.reshape(c[(l, j)], (1, -1))
-        spread[l] = mm(inv_b[l * m :, l * m : (l + 1) * m], weighted_u, trans_a=True)
     e_g = weighted @ W
-    squares = W * W
-    var_f = t @ squares.T
     mixing_bar = weighted.T @ mean_g - W * (beta.T @ t)
-    a_bars = []
-    for l in range(n_latent):
-        a_bars.append(means[l] * xp.reshape(e_g[:, l], (1, -1)) + A[l] * xp.reshape(c[(l, l)], (1, -1)) - spread[l])
-        for j in range(n_latent):
-            if (l, j) in pairs:
-                var_f = var_f + xp.reshape(cross[(l, j)], (-1, 1)) * xp.reshape(W[:, l] * W[:, j], (1, -1))
-    columns = []
-    for l in range(n_latent):
-        pull = xp.zeros_like(W[:, 0])
-        for j in range(n_latent):
-            if (l, j) in pairs:
-                pull = pull + W[:, j] * (beta.T @ cross[(l, j)])
-        columns.append(pull)
-    mixing_bar = mixing_bar - xp.stack(columns, axis=1)
+    var_f, spread, pull = _posterior_terms(A, beta, W, t, inv_b, coupled)
+    mixing_bar = mixing_bar - pull.T
+    a_bars = [means[l] * xp.reshape(e_g[:, l], (1, -1)) + A[l] * xp.reshape(c[(l, l)], (1, -1)) - spread[l]
+              for l in range(n_latent)]
     beta_scaling_bar = -0.5 * xp.sum(beta * (resid * resid + var_f), axis=0)
 
     theta_parts, inducing_bar = [], None
@@ -164,6 +130,61 @@ def lmc_collapsed_bound(kernels, kernel_of_column, X, Y, beta, W, Z, jitter, cou
     used = max(f[1] for f in factors)
     return LMCCollapsedBound(value, np.concatenate(theta_parts), inducing_bar, mixing_bar, xp.sum(weighted, axis=0),
                              np.asarray(be.to_numpy(beta_scaling_bar), dtype=np.float64), used)
+
+
+#: Entries (latents x L M x rows) of each per-chunk array of :func:`_posterior_terms`
+#: (8 MiB in float64): its rows go in chunks so that the search's memory does not grow
+#: with the rows by L^2 M bytes a row.
+CHUNK_ENTRIES = 2**20
+
+
+def _posterior_terms(A, beta, W, t, inv_b, coupled):
+    """The terms of the gradient that the joint covariance S = F^T F (F = L_B^-1) enters.
+
+    With U_l = F[:, l] A_l (L M x n), H_p = sum_l W[p, l] U_l and G_l = sum_p W[p, l]
+    H_p diag(beta_p):
+
+    * var_f[n, p] = sum_l W[p, l]^2 t_l[n] + |H_p[:, n]|^2, the outputs' variance under q;
+    * spread_l = F[:, l]^T G_l = sum_l' S_ll' A_l' diag(c_ll') (M x n);
+    * pull[l, p] = sum_n beta[n, p] U_l[:, n]^T H_p[:, n] = sum_l' W[p, l'] sum_n beta[n, p] T_ll'[n].
+
+    Written with H, the sums over pairs of latents become two products with W (L inner
+    terms) instead of L^2 passes over L M x n arrays. F is lower triangular, so U_l is zero
+    above row l M (and, where the mixing leaves the latents apart, below its own block):
+    the products with F skip those rows. The rows go in chunks of :data:`CHUNK_ENTRIES`.
+    """
+    xp = be.namespace(W)
+    n_out, n_latent = W.shape
+    m, n = A[0].shape
+    size = n_latent * m
+    stops = [size if coupled else (l + 1) * m for l in range(n_latent)]
+    chunk = max(1, CHUNK_ENTRIES // (n_latent * size))
+    squares = W * W
+    var_parts, spread_parts, pull = [], [[] for _ in range(n_latent)], 0.0
+    for begin in range(0, n, chunk):
+        end = min(n, begin + chunk)
+        width = end - begin
+        U = xp.stack([_padded(mm(inv_b[l * m : stops[l], l * m : (l + 1) * m], A[l][:, begin:end]), l * m, size)
+                      for l in range(n_latent)])
+        flat_u = xp.reshape(U, (n_latent, size * width))
+        H = xp.reshape(mm(W, flat_u), (n_out, size, width))
+        var_parts.append(t[begin:end, :] @ squares.T + xp.sum(H * H, axis=1).T)
+        weighted_h = xp.reshape(H * xp.reshape(beta[begin:end, :].T, (n_out, 1, width)), (n_out, size * width))
+        pull = pull + mm(flat_u, weighted_h, trans_b=True)
+        G = xp.reshape(mm(W, weighted_h, trans_a=True), (n_latent, size, width))
+        for l in range(n_latent):
+            block = inv_b[l * m : stops[l], l * m : (l + 1) * m]
+            spread_parts[l].append(mm(block, G[l, l * m : stops[l], :], trans_a=True))
+    spread = [xp.concat(parts, axis=1) for parts in spread_parts]
+    return xp.concat(var_parts, axis=0), spread, pull
+
+
+def _padded(rows, top, size):
+    """``rows`` placed from row ``top`` of a zero array of ``size`` rows."""
+    xp = be.namespace(rows)
+    width = rows.shape[1]
+    zeros = [xp.zeros((k, width), dtype=rows.dtype, device=be.device_of(rows)) for k in (top, size - top - rows.shape[0])]
+    return xp.concat([part for part in (zeros[0], rows, zeros[1]) if part.shape[0] > 0], axis=0)
 
 
 def _pairs(n_latent, coupled):
@@ -253,3 +274,19 @@ def joint_output_factors(A, W, joint_inverse_factor):
     m = A[0].shape[0]
     U = [mm(joint_inverse_factor[:, l * m : (l + 1) * m], A[l]) for l in range(len(A))]
     return [sum(W[p, l] * U[l] for l in range(len(A))) for p in range(W.shape[0])]
+
+
+def joint_output_variances(A, t, W, joint_inverse_factor):
+    """Each output's variance (n, P) under the joint q at the rows of A (M x n per latent
+    column) and t (n, L): sum_l W[p, l]^2 t_l[n] + |G_p[:, n]|^2 with G_p of
+    :func:`joint_output_factors`, the rows taken in chunks so that the L M x rows factors
+    stay near :data:`CHUNK_ENTRIES` entries each."""
+    xp = be.namespace(t)
+    n = t.shape[0]
+    chunk = max(1, CHUNK_ENTRIES // joint_inverse_factor.shape[0])
+    parts = []
+    for begin in range(0, n, chunk):
+        end = min(n, begin + chunk)  # array API slices stop inside the axis
+        G = joint_output_factors([a[:, begin:end] for a in A], W, joint_inverse_factor)
+        parts.append(xp.stack([xp.sum(g * g, axis=0) for g in G], axis=1))
+    return t @ (W * W).T + xp.concat(parts, axis=0)

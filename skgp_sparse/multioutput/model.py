@@ -9,7 +9,7 @@ from .. import backend
 from ..elbo import BatchResult, VariationalModel, _in_float_of
 from ..bases.toolkit import factor_kzz
 from ..linalg import inverse_cholesky_factor
-from .collapsed import joint_output_factors, lmc_collapsed_bound, optimal_q, projections
+from .collapsed import joint_output_variances, lmc_collapsed_bound, optimal_q, projections
 from .mixing import mix, mixing_gradient, unmix
 from .predictor import JointCovariance, MixedPredictor
 
@@ -220,10 +220,7 @@ class MixedModel(VariationalModel):
         Z = self.state.inducing
         lows = [factor_kzz(kernel, Z, self.jitter, False)[0] for kernel in distinct]
         A, t = projections(distinct, kernel_of_column, lows, Z, X)
-        W = self._mixing(X)
-        G = joint_output_factors(A, W, self.state.joint_inverse_factor)
-        xp = backend.namespace(X)
-        return t @ (W * W).T + xp.stack([xp.sum(g * g, axis=0) for g in G], axis=1)
+        return joint_output_variances(A, t, self._mixing(X), self.state.joint_inverse_factor)
 
     def natural_step_is_exact(self, jointly=True):
         """Whether a full-data natural step of size one lands on q's optimum: as for one

@@ -7,7 +7,7 @@ import numpy as np
 from .. import backend
 from ..kernels import compile_kernel
 from ..linalg import mm
-from .collapsed import joint_output_factors, projections
+from .collapsed import joint_output_factors, joint_output_variances, projections
 from .mixing import mix, output_covariances
 
 
@@ -103,11 +103,11 @@ class MixedPredictor:
     def _joint_output_moments(self, X, full_cov):
         """Each output's variances (n, P), or covariances over the rows (P, n, n), under the joint q."""
         kernels, A, t = self._joint_projections(X)
+        if not full_cov:
+            return joint_output_variances(A, t, self.mixing, self.joint.inverse_factor)
         G = joint_output_factors(A, self.mixing, self.joint.inverse_factor)
         xp = backend.namespace(t)
         squares = self.mixing * self.mixing
-        if not full_cov:
-            return t @ squares.T + xp.stack([xp.sum(g * g, axis=0) for g in G], axis=1)
         columns = self._kernel_of_column()
         residual = [kernels[k](X) - mm(A[l], A[l], trans_a=True) for l, k in enumerate(columns)]
         return xp.stack([sum(squares[p, l] * residual[l] for l in range(len(A))) + mm(G[p], G[p], trans_a=True)
