@@ -33,6 +33,7 @@ from ._common import (
     check_basis_options,
     check_n_data,
     check_sample_weight,
+    consistent_covariance,
     device_rows_for_prediction,
     dispatch_namespace,
     feature_scale,
@@ -302,7 +303,7 @@ class SparseGPBase(BoundMethods, BaseEstimator):
             else:
                 mean, second = latent_in_chunks(self.predictor_, kernel, X)
         if full_cov:
-            return mean, second + white * np.eye(mean.shape[0])
+            return mean, consistent_covariance(second) + white * np.eye(mean.shape[0])
         return mean, second + white
 
     def __getstate__(self):

@@ -303,6 +303,23 @@ def chunked(n_rows, size=PREDICT_CHUNK):
         yield slice(start, min(start + size, n_rows))
 
 
+def consistent_covariance(cov):
+    """Latent covariances (C, n, n) made symmetric, with their diagonals clipped at zero.
+
+    A predictor computes a covariance as k(X, X) plus a product through the inducing
+    inputs; where the posterior variance is near zero (rows at the inducing inputs, little
+    noise, long length scales) the two nearly cancel and rounding leaves a diagonal entry
+    below zero, and the product is symmetric only to rounding. Every predictor's variance
+    path (``predict(return_std=True)``) clips at zero; so must the covariance's diagonal, or
+    the two disagree and the square roots of a ``return_cov`` diagonal are NaN (measured:
+    constant targets, six rows at the inducing inputs, noise 1e-10: a diagonal of -1.9e-6
+    where ``return_std`` gave 1e-5)."""
+    cov = 0.5 * (cov + np.swapaxes(cov, -1, -2))
+    diagonal = np.einsum("...ii->...i", cov)  # a writable view of every diagonal
+    np.clip(diagonal, 0.0, None, out=diagonal)
+    return cov
+
+
 def latent_in_chunks(predictor, kernel, X):
     """Latent mean (n, P) and variance (n, C) of a fitted predictor, PREDICT_CHUNK rows at a time."""
     parts = [predictor.latent(kernel, X[rows]) for rows in chunked(X.shape[0])]

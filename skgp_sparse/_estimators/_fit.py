@@ -16,8 +16,8 @@ Both return a :class:`FitResult`, from which the estimator sets its fitted attri
 from dataclasses import dataclass
 
 from ._common import state_to
-from ._training import (StreamState, make_optimisers, run_partial_pass, run_training, search_hyperparameters,
-                        starts_with_search)
+from ._training import (StreamState, batch_rows, make_optimisers, run_partial_pass, run_training,
+                        search_hyperparameters, starts_with_search)
 
 
 @dataclass
@@ -66,10 +66,16 @@ def run_fit(settings, model, rows, Y, rng, x_scale, search_model=None, steps_bef
     feature (Adam's unit on the inducing inputs); ``steps_before`` the steps of the fit
     this one continues (``warm_start``).
     """
+    start = None
     if search_model is not None and starts_with_search(settings, model, rows):
-        search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale)
+        # One batch: the search and the steps after it maximise the same bound on the same
+        # rows, so the search's end is a point of the fit, which it starts from and never
+        # ends below. (With minibatches the stream keeps its own start.)
+        one_batch = batch_rows(settings, rows.n_rows, model.q_optimal_in_closed_form()) >= rows.n_rows
+        start = search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale, hand_over=one_batch)
     Y = _to_rows_device(model, Y, rows)
-    history, schedule, bound = run_training(settings, model, rows, Y, rng, steps_done=steps_before, x_scale=x_scale)
+    history, schedule, bound = run_training(settings, model, rows, Y, rng, steps_done=steps_before, x_scale=x_scale,
+                                            start=start)
     return FitResult(model, history, schedule.n_backoffs, bound, steps_before)
 
 

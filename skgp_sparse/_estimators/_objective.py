@@ -61,7 +61,8 @@ class BoundMethods:
         theta : array-like of shape (n_kernel_params,), default=None
             Log-hyperparameters in ``kernel_.theta`` order; None means the fitted ones.
         eval_gradient : bool, default=False
-            Also return the gradient in theta.
+            Also return the gradient in theta; only with ``theta`` given (ValueError
+            otherwise, as in GaussianProcessRegressor).
         clone_kernel : bool, default=True
             As in GaussianProcessRegressor: False sets ``kernel_.theta`` to ``theta`` (the
             predictions still use the fitted model).
@@ -88,6 +89,11 @@ class BoundMethods:
             )
             X, y, theta = theta, eval_gradient, (None if isinstance(clone_kernel, bool) else clone_kernel)
             eval_gradient, clone_kernel = False, True
+        if eval_gradient and theta is None:
+            # GPR's rule: the gradient belongs to a theta the caller names (the fitted
+            # bound's own gradient is no quantity the caller asked for).
+            raise ValueError("Gradient can only be evaluated for theta!=None; pass theta=estimator.kernel_.theta "
+                             "for the gradient at the fitted hyperparameters")
         if (X is None) != (y is None):
             raise ValueError("log_marginal_likelihood takes both X and y, or neither (the training rows)")
         if X is None:
