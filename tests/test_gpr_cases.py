@@ -393,14 +393,14 @@ def test_gpr_predict_error():
 
 
 @pytest.mark.parametrize("normalize_y", [True, False])
-@pytest.mark.parametrize("n_targets", [None, pytest.param(1, marks=pytest.mark.xfail(
-    strict=True, reason="a y of shape (n, 1) predicts shape (n,), GPR's (n, 1): docs/coming_from_gpr.md")), 10])
+@pytest.mark.parametrize("n_targets", [None, 1, 10])
 def test_predict_and_sample_y_shapes(normalize_y, n_targets):
-    # test_predict_shapes and test_sample_y_shapes in one fit.
+    # test_predict_shapes and test_sample_y_shapes in one fit. As GPR, a target of
+    # shape (n, 1) predicts shape (n,) (scikit-learn squeezes single-output predictions).
     rng = np.random.RandomState(1234)
     n_features, n_samples_train, n_samples_test = 6, 9, 7
     y_train_shape = (n_samples_train,) if n_targets is None else (n_samples_train, n_targets)
-    y_test_shape = (n_samples_test,) if n_targets is None else (n_samples_test, n_targets)
+    y_test_shape = (n_samples_test,) if n_targets in (None, 1) else (n_samples_test, n_targets)
     X_train = rng.randn(n_samples_train, n_features)
     X_test = rng.randn(n_samples_test, n_features)
     y_train = rng.randn(*y_train_shape)
@@ -460,3 +460,17 @@ def test_elbo_of_the_stored_q_is_the_fitted_bound():
     for target, normalize_y in ((y, False), (y, True), (np.vstack((y, 2 * y)).T, False)):
         reg = quiet_fit(exact(RBF(1.0), normalize_y=normalize_y), X, target)
         assert reg.elbo(X, target) == pytest.approx(reg.log_marginal_likelihood_value_, abs=1e-4)
+
+
+def test_fit_warns_when_q_falls_short_of_its_optimum():
+    # Issue 36, last case: where the stored q(u) does not reach the best q(u) at the fitted
+    # hyperparameters (here the inverse-free basis's natural steps at a fixed noise of
+    # 1e-10), the fit says so rather than report the worse bound silently.
+    with pytest.warns(ConvergenceWarning, match="short of the best q"):
+        SparseGPRegressor(RBF(1.0), basis="inverse_free", inducing_init=X, noise_variance=GPR_ALPHA,
+                          noise_variance_bounds="fixed", random_state=0).fit(X, y)
+    # A fit that reaches it (one batch, q(u) in closed form) does not warn.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        warnings.filterwarnings("ignore", category=ConvergenceWarning, message=".*bound")
+        exact(RBF(1.0)).fit(X, y)

@@ -15,8 +15,11 @@ Both return a :class:`FitResult`, from which the estimator sets its fitted attri
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ._common import state_to
-from ._training import (StreamState, batch_rows, make_optimisers, run_partial_pass, run_training,
+from ._fit_report import warn_q_short_of_optimum
+from ._training import (SEARCH_ROWS, StreamState, batch_rows, make_optimisers, run_partial_pass, run_training,
                         search_hyperparameters, starts_with_search)
 
 
@@ -73,9 +76,14 @@ def run_fit(settings, model, rows, Y, rng, x_scale, search_model=None, steps_bef
         # ends below. (With minibatches the stream keeps its own start.)
         one_batch = batch_rows(settings, rows.n_rows, model.q_optimal_in_closed_form()) >= rows.n_rows
         start = search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale, hand_over=one_batch)
+    host_Y = Y
     Y = _to_rows_device(model, Y, rows)
     history, schedule, bound = run_training(settings, model, rows, Y, rng, steps_done=steps_before, x_scale=x_scale,
                                             start=start)
+    if search_model is not None and bound is not None:
+        # Its own generator: the check draws rows without moving the fit's random stream.
+        X_check, Y_check = rows.search_rows(host_Y, SEARCH_ROWS, np.random.default_rng(0))
+        warn_q_short_of_optimum(settings.name, model, search_model(model, model.n_data, False), X_check, Y_check)
     return FitResult(model, history, schedule.n_backoffs, bound, steps_before)
 
 
