@@ -528,3 +528,20 @@ def test_joint_q_in_closed_form_attains_the_collapsed_bound_and_its_variances():
             want = prior + phi @ cov @ phi
             np.testing.assert_allclose(model._marginals(Xs[n:n + 1], False)[1][0, p], want, rtol=1e-8)
             np.testing.assert_allclose(model.predictor().latent(None, Xs[n:n + 1])[1][0, p], want, rtol=1e-8)
+
+
+def test_log_marginal_likelihood_takes_every_latent_kernels_theta():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(60, 1))
+    Y = np.c_[np.sin(6 * X[:, 0]), np.cos(6 * X[:, 0]), X[:, 0]] + 0.05 * rng.normal(size=(60, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg = SparseGPRegressor(n_latent=2, n_inducing=20, random_state=0).fit(X, Y)
+    theta = np.concatenate([kernel.theta for kernel in reg.latent_kernels_])
+    # The joint q's bound, the one fit stores (damped mean-field steps stopped 0.01 below).
+    assert reg.log_marginal_likelihood(theta) == pytest.approx(reg.log_marginal_likelihood_value_, abs=1e-8)
+    with pytest.raises(ValueError, match="4 entries, the 2 latent kernels' thetas concatenated"):
+        reg.log_marginal_likelihood(reg.kernel_.theta)
+    reg.log_marginal_likelihood(theta + 0.1, clone_kernel=False)
+    np.testing.assert_allclose([kernel.theta for kernel in reg.latent_kernels_], (theta + 0.1).reshape(2, -1))
+    np.testing.assert_allclose(reg.kernel_.theta, theta[:2] + 0.1)

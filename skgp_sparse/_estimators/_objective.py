@@ -59,13 +59,16 @@ class BoundMethods:
         Parameters
         ----------
         theta : array-like of shape (n_kernel_params,), default=None
-            Log-hyperparameters in ``kernel_.theta`` order; None means the fitted ones.
+            Log-hyperparameters in ``kernel_.theta`` order; None means the fitted ones. A
+            regressor with ``n_latent`` takes every latent kernel's, concatenated in the
+            order of ``latent_kernels_``.
         eval_gradient : bool, default=False
             Also return the gradient in theta; only with ``theta`` given (ValueError
             otherwise, as in GaussianProcessRegressor).
         clone_kernel : bool, default=True
-            As in GaussianProcessRegressor: False sets ``kernel_.theta`` to ``theta`` (the
-            predictions still use the fitted model).
+            As in GaussianProcessRegressor: False sets ``kernel_.theta`` to ``theta`` (with
+            ``n_latent``, each of ``latent_kernels_`` to its part); the predictions still
+            use the fitted model.
         X : array-like of shape (n_samples, n_features), default=None
             Rows on which to evaluate the bound. None: the training rows ``X_train_``, which
             ``fit`` keeps for in-memory data of at most 5,000 rows; pass ``X`` and ``y`` for a
@@ -105,8 +108,27 @@ class BoundMethods:
                     "rows, log_marginal_likelihood(theta, X=X, y=y)")
             # Kept in X's library under array_api_dispatch; the bound is evaluated on the host.
             X, y = backend.to_numpy(self.X_train_), backend.to_numpy(self.y_train_)
+        if theta is not None:
+            theta = np.asarray(theta, dtype=np.float64)
+            kernels = self._fitted_kernels()
+            expected = sum(kernel.n_dims for kernel in kernels)
+            if theta.shape != (expected,):
+                whose = "kernel_.theta" if len(kernels) == 1 else (
+                    f"the {len(kernels)} latent kernels' thetas concatenated (latent_kernels_ in order)")
+                raise ValueError(f"theta has shape {theta.shape}; it must have {expected} entries, {whose}")
         X, Y = self._rows_and_targets(X, y)
         result = evaluate_bound_at(self._fitted_model(X.shape[0]), X, Y, theta, eval_gradient)
         if not clone_kernel and theta is not None:
-            self.kernel_.theta = np.asarray(theta, dtype=np.float64)
+            self._set_fitted_theta(theta)
         return result
+
+    def _fitted_kernels(self):
+        """The fitted kernels whose hyperparameters ``theta`` concatenates."""
+        return [self.kernel_]
+
+    def _set_fitted_theta(self, theta):
+        """Each fitted kernel's hyperparameters set to its part of ``theta``."""
+        start = 0
+        for kernel in self._fitted_kernels():
+            kernel.theta = theta[start : start + kernel.n_dims]
+            start += kernel.n_dims

@@ -397,6 +397,12 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         """The fitted kernels of the latent groups (one, shared, for independent outputs)."""
         return list(self.latent_kernels_) if self.n_latent is not None else [self.kernel_]
 
+    def _set_fitted_theta(self, theta):
+        super()._set_fitted_theta(theta)
+        if self.n_latent is not None:
+            # kernel_ reports the first latent's kernel, as fit sets it.
+            self.kernel_.theta = self.latent_kernels_[0].theta
+
     def _search_model(self, model, n_rows, learn_inducing=False):
         if not isinstance(model, MixedModel):
             return super()._search_model(model, n_rows, learn_inducing)
