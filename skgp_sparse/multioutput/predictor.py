@@ -108,10 +108,14 @@ class MixedPredictor:
         G = joint_output_factors(A, self.mixing, self.joint.inverse_factor)
         xp = backend.namespace(t)
         squares = self.mixing * self.mixing
-        columns = self._kernel_of_column()
-        residual = [kernels[k](X) - mm(A[l], A[l], trans_a=True) for l, k in enumerate(columns)]
+        residual = self._unexplained_covariances(kernels, A, X)
         return xp.stack([sum(squares[p, l] * residual[l] for l in range(len(A))) + mm(G[p], G[p], trans_a=True)
                          for p in range(len(G))])
+
+    def _unexplained_covariances(self, kernels, A, X):
+        """K_l(X, X) - A_l^T A_l of each latent column (n x n): the prior covariance at X that
+        its inducing values leave unexplained."""
+        return [kernels[k](X) - mm(A[l], A[l], trans_a=True) for l, k in enumerate(self._kernel_of_column())]
 
     def output_covariances(self, X):
         """The P x P covariance of the outputs' latent values at each row of X, (n, P, P)."""
@@ -125,17 +129,18 @@ class MixedPredictor:
     def joint_output_covariance(self, X):
         """The covariance of every output's latent values at every row, ((n P) x (n P)),
         index n * P + p, and their means (n, P): for joint draws."""
-        mean_g, cov_g = self.latent_parts(X, full_cov=True)
-        mean = mean_g @ self.mixing.T + self.offset
         n, P = X.shape[0], self.mixing.shape[0]
         if self.joint is None:
+            mean_g, cov_g = self.latent_parts(X, full_cov=True)
             cov = np.einsum("pl,lnm,ql->npmq", self.mixing, cov_g, self.mixing)
-            return mean, cov.reshape(n * P, n * P)
-        columns = self._kernel_of_column()
-        kernels, A, _ = self._joint_projections(X)
-        G = np.stack(joint_output_factors(A, self.mixing, self.joint.inverse_factor))   # (P, LM, n)
-        residual = np.stack([kernels[k](X) - mm(A[l], A[l], trans_a=True) for l, k in enumerate(columns)])
-        cov = np.einsum("pl,lnm,ql->npmq", self.mixing, residual, self.mixing) + np.einsum("pkn,qkm->npmq", G, G)
+        else:
+            # The joint q's covariance replaces the latents' own: only their means are needed.
+            mean_g, _ = self.latent_parts(X)
+            kernels, A, _ = self._joint_projections(X)
+            G = np.stack(joint_output_factors(A, self.mixing, self.joint.inverse_factor))   # (P, LM, n)
+            residual = np.stack(self._unexplained_covariances(kernels, A, X))
+            cov = np.einsum("pl,lnm,ql->npmq", self.mixing, residual, self.mixing) + np.einsum("pkn,qkm->npmq", G, G)
+        mean = mean_g @ self.mixing.T + self.offset
         return mean, cov.reshape(n * P, n * P)
 
     def __getstate__(self):
