@@ -73,7 +73,8 @@ WARMUP_ROWS = 40  # rows of the warm-up fit that precedes each measured one
 
 # --- the methods: each returns (predict(X) -> (mean, var), facts dict) ------------------
 
-def fit_ours(X, Y_nan, n_latent, n_inducing, batch_size, threads, **_):
+def fit_ours(X, Y_nan, n_latent, n_inducing, batch_size, threads, random_state=0, noise_variance_bounds="auto",
+             **_):
     """Our SparseGPRegressor on the multi-output targets (LMC when ``n_latent`` is an int).
 
     Uses the multi-output API being added to ``skgp_sparse``; before it exists this raises
@@ -84,7 +85,8 @@ def fit_ours(X, Y_nan, n_latent, n_inducing, batch_size, threads, **_):
     from skgp_sparse import SparseGPRegressor
 
     reg = SparseGPRegressor(n_latent=n_latent, missing_targets="mask", n_inducing=n_inducing,
-                            batch_size=batch_size, random_state=0)
+                            batch_size=batch_size, random_state=random_state,
+                            noise_variance_bounds=noise_variance_bounds)
     with threadpool_limits(threads), warnings.catch_warnings(record=True) as caught, PeakRSS() as mem:
         warnings.simplefilter("always")
         start = time.perf_counter()
@@ -237,13 +239,17 @@ def main():
     parser.add_argument("--exact-max-entries", type=int, default=3000,
                         help="fit the exact LMC GP only up to this many training entries")
     parser.add_argument("--exact-max-iter", type=int, default=200, help="L-BFGS-B iterations of the exact GP")
+    parser.add_argument("--random-state", type=int, default=0, help="our estimators' random_state")
+    parser.add_argument("--noise-floor", type=float, default=None,
+                        help="our noise_variance_bounds=(FLOOR, 1e3) (default: the estimator's 'auto')")
     parser.add_argument("--no-isolate", action="store_true", help="run every fit in this process")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "multioutput.json")
     args = parser.parse_args()
 
     cfg = dict(n_latent=args.n_latent, n_inducing=args.n_inducing, batch_size=args.batch_size, steps=args.steps,
                lr=args.lr, threads=args.threads, exact_max_entries=args.exact_max_entries,
-               exact_max_iter=args.exact_max_iter)
+               exact_max_iter=args.exact_max_iter, random_state=args.random_state,
+               noise_variance_bounds="auto" if args.noise_floor is None else (args.noise_floor, 1e3))
     results = dict(meta=dict(machine=platform.platform(), cpu_count=os.cpu_count(), threads=args.threads,
                              dtype="float64", date=time.strftime("%Y-%m-%dT%H:%M:%S"), config=cfg,
                              frac=args.frac, isolated=not args.no_isolate, versions=_versions(),

@@ -545,3 +545,22 @@ def test_log_marginal_likelihood_takes_every_latent_kernels_theta():
     reg.log_marginal_likelihood(theta + 0.1, clone_kernel=False)
     np.testing.assert_allclose([kernel.theta for kernel in reg.latent_kernels_], (theta + 0.1).reshape(2, -1))
     np.testing.assert_allclose(reg.kernel_.theta, theta[:2] + 0.1)
+
+
+def test_auto_noise_bounds_floor_each_output_at_1e_4_under_an_lmc_only():
+    # Two noiseless outputs that are exact combinations of one smooth function: left
+    # free, their noise would go to the lowest bound allowed.
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(-3, 3, size=(40, 1)), axis=0)
+    g = np.sin(X[:, 0])
+    Y = np.column_stack([g, 2.0 * g])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lmc = SparseGPRegressor(n_latent=1, n_inducing=10, random_state=0).fit(X, Y)
+        single = SparseGPRegressor(n_inducing=10, random_state=0).fit(X, g)
+        given = SparseGPRegressor(n_latent=1, n_inducing=10, noise_variance_bounds=(1e-6, 1e3),
+                                  random_state=0).fit(X, Y)
+    assert lmc.noise_variance_.shape == (2,)
+    np.testing.assert_allclose(lmc.noise_variance_, 1e-4, rtol=1e-6)
+    assert single.noise_variance_ < 5e-5
+    assert np.all(given.noise_variance_ < 5e-5)
