@@ -255,3 +255,41 @@ def test_the_fitted_bound_improves_on_the_initial_theta(kernel, batch_size):
     initial = clf.log_marginal_likelihood(kernel.theta)
     assert fitted > initial + 1.0
     assert fitted == clf.log_marginal_likelihood(theta=clf.kernel_.theta, X=X, y=y)
+
+
+def _count_searches(monkeypatch):
+    """The calls of the exact search that starts a fresh fit, counted."""
+    from skgp_sparse._estimators import _fit
+
+    calls = []
+    search = _fit.search_hyperparameters
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(_fit, "search_hyperparameters", counted)
+    return calls
+
+
+@pytest.mark.parametrize("k, batch_size, searches", [(4, 128, 0), (2, 128, 1), (4, None, 1)])
+def test_only_a_many_class_stream_starts_without_the_exact_search(monkeypatch, k, batch_size, searches):
+    # Issue 35: the search did not pay for many classes (docs/benchmarks.md); a binary
+    # stream and a one-batch fit, whose search is its hyperparameter optimiser, keep it.
+    calls = _count_searches(monkeypatch)
+    X, y = blobs(200, k=k)
+    small(batch_size=batch_size, max_iter=2).fit(X, y)
+    assert len(calls) == searches
+
+
+def test_many_class_partial_fit_starts_without_the_exact_search(monkeypatch):
+    calls = _count_searches(monkeypatch)
+    X, y = blobs(200, k=3)
+    small().partial_fit(X, y, classes=np.unique(y))
+    assert calls == []
+
+
+def test_latent_counts_of_the_likelihoods():
+    assert BernoulliLikelihood().n_latent == 1
+    assert RobustMaxLikelihood(5).n_latent == 5
+    assert SoftmaxLikelihood(3).n_latent == 3

@@ -47,7 +47,8 @@ SHARED_DOCS = {
     "optimizer": """optimizer : "fmin_l_bfgs_b", callable or None, default="fmin_l_bfgs_b"
         The optimiser of the exact search of the hyperparameters that starts every fresh
         fit (the bound with q(u) optimal for each hyperparameter, on at most 2,048 random
-        rows) and, under a Gaussian likelihood with one batch, of the search of the
+        rows; not the minibatch fit of more than two classes, whose stream starts from
+        the kernel as given, since the search did not pay there) and, under a Gaussian likelihood with one batch, of the search of the
         collapsed bound over all rows. It has the meaning it has in
         GaussianProcessRegressor: a callable is called as ``optimizer(obj_func,
         initial_theta, bounds)`` and returns ``(theta_opt, func_min)``, where

@@ -43,6 +43,12 @@ class Likelihood:
     #: under the other likelihoods the model adds it to the latent variance instead.
     takes_known_noise = False
 
+    @property
+    def n_latent(self):
+        """L, the latent functions a row's likelihood takes (one; K for the multi-class
+        likelihoods)."""
+        return 1
+
     @staticmethod
     def _inputs(y, mean, var, float_targets=True):
         """The namespace of a call and its arrays as the computation takes them.

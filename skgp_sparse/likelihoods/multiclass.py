@@ -79,6 +79,11 @@ class RobustMaxLikelihood(Likelihood):
         self._nodes, self._weights = x, w / np.sqrt(np.pi)
 
     @property
+    def n_latent(self):
+        """K: one latent function per class."""
+        return self.n_classes
+
+    @property
     def _log_hit(self):
         return np.log1p(-self.epsilon)
 
@@ -208,6 +213,11 @@ class SoftmaxLikelihood(Likelihood):
             chol = np.linalg.cholesky(half.T @ half / half.shape[0])
             half = np.linalg.solve(chol, half.T).T
         self._draws = np.concatenate([half, -half])  # (S, K)
+
+    @property
+    def n_latent(self):
+        """K: one latent function per class."""
+        return self.n_classes
 
     def _latent_draws(self, mean, var, xp=np):
         s = xp.sqrt(xp.maximum(var, VAR_FLOOR))
