@@ -56,8 +56,12 @@ def test_binary_accuracy_on_moons(likelihood):
     clf = small(likelihood=likelihood, max_iter=60).fit(X[:400], y[:400])
     assert clf.likelihood_ == likelihood
     assert clf.score(X[400:], y[400:]) > 0.9
-    # the fit improved on the prior by a wide margin
-    assert clf.loss_curve_[-1] > clf.loss_curve_[0] + 50
+    # The fit is far above the prior q(u) from its first epoch on (the stream starts from
+    # the exact search's q): under the prior each row's expected log-likelihood is at most
+    # log E[p(y | f)] = log(1/2) (Jensen; f is symmetric about zero), 400 rows in all.
+    prior_at_most = -400 * np.log(2.0)
+    assert clf.loss_curve_[0] > prior_at_most + 150
+    assert clf.loss_curve_[-1] > prior_at_most + 150
 
 
 @pytest.mark.parametrize("likelihood", ["robustmax", "softmax"])

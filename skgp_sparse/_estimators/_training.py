@@ -334,7 +334,8 @@ def search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale,
 
     ``hand_over`` (a one-batch ``fit``): where the search ran on every row, the model also takes its
     q(u) and the returned :class:`StartPoint` says where the search left it (see
-    :func:`_hand_over`); otherwise None is returned.
+    :func:`_hand_over`); otherwise None is returned, and a stream under a non-conjugate
+    likelihood starts from the search's q(u) (:func:`_start_stream_q`).
 
     ``search_model(model, n_rows, learn_inducing)`` builds a search's model from
     ``model``'s current parameters (the estimator's ``_search_model``); ``Y`` is the host
@@ -365,8 +366,35 @@ def search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale,
         print(f"exact search on {X.shape[0]} rows: {result.n_iter} iterations, bound per row "
               f"{result.elbo / search.rows_counted:.4f}")
     if not hand_over:
+        _start_stream_q(model, search, X, Y)
         return None
     return _hand_over(model, search, X, Y, X.shape[0] == rows.n_rows)
+
+
+#: Damped natural steps at most that settle the search's q(u) on its rows before a
+#: minibatch stream starts from it (see :func:`_start_stream_q`); each is one pass over
+#: at most SEARCH_ROWS rows, and the search's own evaluations have left q near there.
+STREAM_HAND_OVER_Q_STEPS = 20
+
+
+def _start_stream_q(model, search, X, Y):
+    """Start a minibatch stream under a non-conjugate likelihood from the search's q(u),
+    where the search ran on the model's own basis and state (the coupled basis).
+
+    The search's model counts the model's N rows, so its q(u) on the search's rows is
+    q(u) for the whole data as far as those rows stand for it. From the prior q(u) the
+    stream spent its first epochs climbing back to where the search had been, while Adam
+    moved the hyperparameters under a q far from its optimum (KEEL ring, default
+    classifier: the first epoch's ELBO per row -486 against the search's -0.086, and
+    about ten epochs to come back; docs/benchmarks.md, "The binary classifier's stream
+    from the search's q(u)"). Under a conjugate likelihood the stream's natural steps of
+    size one land on q's optimum by themselves (or :meth:`start_q` sets it)."""
+    if model.likelihood.conjugate or model.basis.name != search.basis.name or type(model.state) is not type(search.state):
+        return
+    search.jitter = model.jitter
+    optimal_q(search, X, Y, search.natural_step_is_exact(), max_steps=STREAM_HAND_OVER_Q_STEPS)
+    model.state = search.state.copy()
+    model.jitter = max(model.jitter, search.jitter)
 
 
 #: Damped natural steps at most that bring q(u) to its optimum at the end of the exact
