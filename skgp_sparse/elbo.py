@@ -94,6 +94,10 @@ class VariationalModel:
         keeps them fixed).
     """
 
+    #: Past steps the quasi-Newton search of the bound keeps (scipy's ``maxcor``): its
+    #: default, which scikit-learn's GPR also uses.
+    SEARCH_MEMORY = 10
+
     def __init__(
         self, basis, kernel, likelihood, state, n_data, noise=None, learn_inducing=True, jitter=1e-6, natural=True,
         latent_noise=None, learn_hyperparameters=True,

@@ -279,7 +279,7 @@ def _is_flat(result, bounds, per_row, tol):
     return bool(slope.size == 0 or slope.max() < tol)
 
 
-def _lbfgs_run(obj_func, x, bounds, n_rows, verbose, max_iter, trust_region, tol):
+def _lbfgs_run(obj_func, x, bounds, n_rows, verbose, max_iter, trust_region, tol, memory):
     """One search of :func:`lbfgs` from ``x``: ``(x, fun, n_iter, converged, message)``."""
     scale = 1.0 / float(n_rows) if trust_region else 1.0
 
@@ -295,7 +295,7 @@ def _lbfgs_run(obj_func, x, bounds, n_rows, verbose, max_iter, trust_region, tol
         box = _box(x, bounds, TRUST_RADIUS) if trust_region else bounds
         # scipy's test on the projected gradient (1e-5) is for the summed bound: per row
         # it is 1e-5 / n_rows, or the search would stop short along flat directions.
-        options = {"maxiter": int(max_iter - n_iter), "gtol": 1e-5 * scale}
+        options = {"maxiter": int(max_iter - n_iter), "gtol": 1e-5 * scale, "maxcor": int(memory)}
         result = scipy.optimize.minimize(scaled, x, method="L-BFGS-B", jac=True, bounds=box,
                                          callback=plateau, options=options)
         n_iter += int(result.nit)
@@ -322,7 +322,7 @@ def _lbfgs_run(obj_func, x, bounds, n_rows, verbose, max_iter, trust_region, tol
 
 
 def lbfgs(obj_func, initial, bounds, n_rows, verbose=0, max_iter=15000, trust_region=False,
-          tol=PLATEAU_RISE_PER_ROW):
+          tol=PLATEAU_RISE_PER_ROW, memory=10):
     """GPR's default optimiser, L-BFGS-B on ``obj_func`` (value and gradient) within ``bounds``,
     for at most ``max_iter`` iterations in all, also stopped on a plateau of the bound: less
     than ``tol`` nats per row over :data:`PLATEAU_ITERATIONS` iterations.
@@ -338,14 +338,16 @@ def lbfgs(obj_func, initial, bounds, n_rows, verbose=0, max_iter=15000, trust_re
     bound was -1.2e10, the search stopped at its start, where GPR finds the optimum.)
 
     A start outside ``bounds`` is moved into them first, as L-BFGS-B itself does.
+    ``memory``: the number of past steps L-BFGS-B keeps (scipy's ``maxcor``; 10, its
+    default and GPR's, or the model's ``SEARCH_MEMORY``).
 
     Returns ``(x, fun, n_iter, converged, message)`` with ``fun`` on the scale of
     ``obj_func``; ``message`` says why a search that did not converge ended."""
     x = _clipped_into(np.asarray(initial, dtype=np.float64), bounds)
-    run = _lbfgs_run(obj_func, x, bounds, n_rows, verbose, max_iter, trust_region, tol)
+    run = _lbfgs_run(obj_func, x, bounds, n_rows, verbose, max_iter, trust_region, tol, memory)
     stalled = not run[3] and run[2] < max_iter and not np.any(run[0] != x)
     if stalled and not trust_region:
-        again = _lbfgs_run(obj_func, x, bounds, n_rows, verbose, max_iter - run[2], True, tol)
+        again = _lbfgs_run(obj_func, x, bounds, n_rows, verbose, max_iter - run[2], True, tol, memory)
         run = (again[0], again[1], run[2] + again[2]) + again[3:]
     return run
 
@@ -426,7 +428,8 @@ def optimise_collapsed(model, X, Y, optimizer, n_restarts, rng, scales=None, ver
     runs = []
     for start in starts:
         if optimizer == "fmin_l_bfgs_b":
-            run = lbfgs(objective, start, objective.bounds, model.rows_counted, verbose, max_iter, trust_region, tol)
+            run = lbfgs(objective, start, objective.bounds, model.rows_counted, verbose, max_iter, trust_region, tol,
+                        model.SEARCH_MEMORY)
         else:
             x, fun = optimizer(objective, start, objective.bounds)
             run = (x, fun, 0, True, "")
