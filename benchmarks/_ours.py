@@ -15,7 +15,9 @@ from skgp_sparse import backend
 from skgp_sparse.bases import BASES
 from skgp_sparse.optim import Adam, NaturalStepSchedule, train
 from skgp_sparse.optim.stopping import StoppingRule
-from skgp_sparse._estimators._common import feature_scale, resolve_kernel, state_to
+from skgp_sparse._estimators._common import resolve_kernel
+from skgp_sparse.fit.placement import state_to
+from skgp_sparse.fit.plan import feature_scale
 
 
 def synchronize(xp, device=None):

@@ -577,16 +577,16 @@ def steps_per_epoch(estimator, n_rows, task):
     """Minibatch steps per epoch and whether the fit runs minibatch steps at all (a full
     batch Gaussian regression searches the collapsed bound instead, without epochs; a
     classifier always steps)."""
-    from skgp_sparse._estimators._training import batch_rows
+    from skgp_sparse.fit.plan import batch_rows
 
-    batch = batch_rows(estimator, n_rows, collapses=task == "regression")
+    batch = batch_rows(estimator.batch_size, n_rows, collapses=task == "regression")
     return -(-n_rows // batch), batch < n_rows or task != "regression"
 
 
 def interrupted_warning():
     """The category of the warning an interrupted fit raises (UserWarning where this checkout lacks it)."""
     try:
-        from skgp_sparse._estimators._training import FitInterruptedWarning
+        from skgp_sparse.fit.training import FitInterruptedWarning
     except ImportError:
         return UserWarning
     return FitInterruptedWarning

@@ -2,13 +2,13 @@
 second stage (the inducing inputs) gives.
 
 For each regression set named on the command line, the default ``SparseGPRegressor`` is
-fitted with the search reading ``--rows`` random rows (``_training.SEARCH_ROWS``; 0: without
+fitted with the search reading ``--rows`` random rows (``skgp_sparse.fit.plan.SEARCH_ROWS``; 0: without
 the search, the stream alone from the kernel's initial hyperparameters, as before the
 search existed); with ``--without-inducing-stage``, once more at the default rows with the
 search's second stage skipped (the inducing inputs left at their k-means start, as before
 that stage existed); with ``--inducing-iterations``, at the default rows with the second
 stage run for at most each of those iterations (both ends of
-``_training.inducing_search_iterations``, whose default depends on the training rows).
+``skgp_sparse.fit.training.inducing_search_iterations``, whose default depends on the training rows).
 ``--seeds`` repeats every fit with each ``random_state`` (the test rows stay those of
 split 0); ``--n-train`` keeps the first rows of the training split. Reported per fit:
 seconds of the search and of the whole fit, epochs, ``converged_``, test RMSE and NLPD.
@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _data import gaussian_nlpd, load_regression, rmse  # noqa: E402
 
 from skgp_sparse import SparseGPRegressor  # noqa: E402
-from skgp_sparse._estimators import _fit, _training  # noqa: E402
+from skgp_sparse.fit import pipeline, plan, training  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "search_rows.json")
 
@@ -60,12 +60,12 @@ def fit_once(X, y, Xt, yt, rows, seed, inducing_stage=True, inducing_iterations=
     """One default fit; ``rows`` None: without the search; ``inducing_iterations`` None:
     the second stage's default cap."""
     timings = {"search": 0.0}
-    original_search, original_starts = _training.search_hyperparameters, _fit.starts_with_search
-    original_optimise, original_rows = _training.optimise_collapsed, _training.SEARCH_ROWS
-    original_iterations = _training.SEARCH_INDUCING_MIN_ITER, _training.SEARCH_INDUCING_MAX_ITER
+    original_search, original_starts = pipeline.search_hyperparameters, plan.starts_with_search
+    original_optimise, original_rows = training.optimise_collapsed, plan.SEARCH_ROWS
+    original_iterations = training.SEARCH_INDUCING_MIN_ITER, training.SEARCH_INDUCING_MAX_ITER
     if inducing_iterations is not None:
-        _training.SEARCH_INDUCING_MIN_ITER = _training.SEARCH_INDUCING_MAX_ITER = inducing_iterations
-    iterations = _training.inducing_search_iterations(X.shape[0])
+        training.SEARCH_INDUCING_MIN_ITER = training.SEARCH_INDUCING_MAX_ITER = inducing_iterations
+    iterations = training.inducing_search_iterations(X.shape[0])
 
     def timed_search(*args, **kwargs):
         start = time.perf_counter()
@@ -73,13 +73,14 @@ def fit_once(X, y, Xt, yt, rows, seed, inducing_stage=True, inducing_iterations=
         timings["search"] = time.perf_counter() - start
         return result
 
-    _fit.search_hyperparameters = timed_search
+    pipeline.search_hyperparameters = timed_search
     if rows is None:
-        _fit.starts_with_search = lambda *args, **kwargs: False
+        plan.starts_with_search = lambda *args, **kwargs: False
     else:
-        _training.SEARCH_ROWS = rows
+        # The search's rows, and the second stage's iterations that scale with them.
+        plan.SEARCH_ROWS = training.SEARCH_ROWS = rows
     if not inducing_stage:
-        _training.optimise_collapsed = skip_inducing_stage(original_optimise)
+        training.optimise_collapsed = skip_inducing_stage(original_optimise)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -87,9 +88,10 @@ def fit_once(X, y, Xt, yt, rows, seed, inducing_stage=True, inducing_iterations=
             reg = SparseGPRegressor(random_state=seed).fit(X, y)
             seconds = time.perf_counter() - start
     finally:
-        _fit.search_hyperparameters, _fit.starts_with_search = original_search, original_starts
-        _training.optimise_collapsed, _training.SEARCH_ROWS = original_optimise, original_rows
-        _training.SEARCH_INDUCING_MIN_ITER, _training.SEARCH_INDUCING_MAX_ITER = original_iterations
+        pipeline.search_hyperparameters, plan.starts_with_search = original_search, original_starts
+        training.optimise_collapsed = original_optimise
+        plan.SEARCH_ROWS = training.SEARCH_ROWS = original_rows
+        training.SEARCH_INDUCING_MIN_ITER, training.SEARCH_INDUCING_MAX_ITER = original_iterations
     mean, std = reg.predict(Xt, return_std=True)
     return dict(rows=rows, inducing_stage=inducing_stage, inducing_iterations=iterations, seed=seed,
                 seconds=seconds, search_seconds=timings["search"], epochs=int(reg.n_iter_),
@@ -122,8 +124,8 @@ def main():
             rows["n_train"], rows["fits"] = int(X.shape[0]), []
             runs = [(n or None, True, None) for n in args.rows]
             if args.without_inducing_stage:
-                runs.append((_training.SEARCH_ROWS, False, None))
-            runs += [(_training.SEARCH_ROWS, True, k) for k in args.inducing_iterations]
+                runs.append((plan.SEARCH_ROWS, False, None))
+            runs += [(plan.SEARCH_ROWS, True, k) for k in args.inducing_iterations]
             for (n_rows, inducing_stage, iterations), seed in itertools.product(runs, args.seeds):
                 r = fit_once(X, y, Xt, yt, n_rows, seed, inducing_stage, iterations)
                 rows["fits"].append(r)

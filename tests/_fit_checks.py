@@ -138,6 +138,6 @@ def without_search(monkeypatch):
     flattest directions (measured, float32 against float64: 0.13 on inducing inputs,
     the bound within 6.4e-5, the predictions within 2.4e-4). From the kernel's initial
     hyperparameters every gradient is large, and the fits agree to rounding."""
-    from skgp_sparse._estimators import _fit
+    from skgp_sparse.fit import plan
 
-    monkeypatch.setattr(_fit, "starts_with_search", lambda *args, **kwargs: False)
+    monkeypatch.setattr(plan, "starts_with_search", lambda *args, **kwargs: False)

@@ -57,10 +57,10 @@ def lib(request):
 
 def _spy_on_minibatches(monkeypatch, describe):
     """Record ``describe(X_batch, Y_batch)`` of every minibatch a device fit draws."""
-    from skgp_sparse._estimators import _rows
+    from skgp_sparse.fit import rows as fit_rows
 
     seen = []
-    original = _rows.DeviceRows.batches
+    original = fit_rows.DeviceRows.batches
 
     def spy(self, Y, batch_size):
         source = original(self, Y, batch_size)
@@ -72,7 +72,7 @@ def _spy_on_minibatches(monkeypatch, describe):
 
         return batches
 
-    monkeypatch.setattr(_rows.DeviceRows, "batches", spy)
+    monkeypatch.setattr(fit_rows.DeviceRows, "batches", spy)
     return seen
 
 
@@ -154,9 +154,9 @@ def test_no_array_of_the_data_or_of_q_leaves_the_device(monkeypatch):
 
     monkeypatch.setattr(StrictArray, "to_device", to_device)
     monkeypatch.setattr(loop, "train", train)
-    from skgp_sparse._estimators import _training
+    from skgp_sparse.fit import training as fit_training
 
-    monkeypatch.setattr(_training, "train", train)
+    monkeypatch.setattr(fit_training, "train", train)
     fitted = fc.fit(fc.estimator("regressor", "coupled", 40, n_inducing=16), lib(X), lib(y), True)
     n_theta = fitted.kernel_.theta.size
     assert moved, "the spy saw no transfer (the ELBO must come back as a number)"
@@ -203,7 +203,7 @@ def test_partial_fit_and_warm_start_on_the_device(lib):
 
 def test_same_minibatch_order(lib):
     """The rows of every minibatch on the device are those of the numpy fit, in order."""
-    from skgp_sparse._estimators._rows import DeviceRows, InMemoryRows
+    from skgp_sparse.fit.rows import DeviceRows, InMemoryRows
 
     X, y = fc.data(n=50)
     Y = y[:, None]

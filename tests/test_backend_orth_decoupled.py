@@ -357,7 +357,7 @@ def test_mixed_libraries_are_refused(lib):
 def test_state_to_device_and_back(lib):
     """The estimators move a state with ``state_to`` (nested ``beta`` included); a cache
     computed on the host must not be mistaken for the device state's (nor converted)."""
-    from skgp_sparse._estimators._common import state_to
+    from skgp_sparse.fit.placement import state_to
 
     kernel, X, state, _, _ = _problem(2, 1, columns=3)
     kl = orth_decoupled.kl_divergence(kernel, state, JITTER)  # fills the host cache

@@ -263,16 +263,16 @@ def test_the_fitted_bound_improves_on_the_initial_theta(kernel, batch_size):
 
 def _count_searches(monkeypatch):
     """The calls of the exact search that starts a fresh fit, counted."""
-    from skgp_sparse._estimators import _fit
+    from skgp_sparse.fit import pipeline
 
     calls = []
-    search = _fit.search_hyperparameters
+    search = pipeline.search_hyperparameters
 
     def counted(*args, **kwargs):
         calls.append(1)
         return search(*args, **kwargs)
 
-    monkeypatch.setattr(_fit, "search_hyperparameters", counted)
+    monkeypatch.setattr(pipeline, "search_hyperparameters", counted)
     return calls
 
 

@@ -10,7 +10,7 @@ distributed = pytest.importorskip("distributed")
 from sklearn.model_selection import GridSearchCV  # noqa: E402
 
 from skgp_sparse import SparseGPClassifier, SparseGPRegressor  # noqa: E402
-from skgp_sparse._estimators import _rows  # noqa: E402
+from skgp_sparse.fit import rows as fit_rows  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 
@@ -62,7 +62,7 @@ def test_weighted_streamed_fit_is_the_weighted_in_memory_fit():
 def test_fit_streams_one_chunk_at_a_time(monkeypatch):
     """No computation ever covers more rows than one chunk (the initial sample excepted,
     capped here at 150 rows), and every minibatch but an epoch's last is full."""
-    monkeypatch.setattr(_rows, "MAX_ROWS", 150)
+    monkeypatch.setattr(fit_rows, "MAX_ROWS", 150)
     X, y, _ = data()
     computed = []
     original = da.Array.compute
@@ -73,7 +73,7 @@ def test_fit_streams_one_chunk_at_a_time(monkeypatch):
 
     monkeypatch.setattr(da.Array, "compute", recording)
     sizes = []
-    original_batches = _rows.DaskRows.batches
+    original_batches = fit_rows.DaskRows.batches
 
     def recording_batches(self, Y, batch_size):
         epoch = original_batches(self, Y, batch_size)
@@ -85,7 +85,7 @@ def test_fit_streams_one_chunk_at_a_time(monkeypatch):
 
         return wrapped
 
-    monkeypatch.setattr(_rows.DaskRows, "batches", recording_batches)
+    monkeypatch.setattr(fit_rows.DaskRows, "batches", recording_batches)
     reg = SparseGPRegressor(**SETTINGS, batch_size=64, max_iter=2, tol=0).fit(da.from_array(X, chunks=(130, 2)), y)
     # 4 full chunks per pass: two epochs, the pass that settles q(u), the pass of the final bound.
     assert max(computed) <= 150 and computed.count(130) == 4 * 4
@@ -129,7 +129,7 @@ def test_dask_input_errors_name_the_problem(monkeypatch):
     reg = SparseGPRegressor(**SETTINGS, batch_size=64, max_iter=1)
     with pytest.raises(ValueError, match="NaN"):  # found in the initial sample
         reg.fit(da.from_array(Xbad, chunks=(100, 2)), y)
-    monkeypatch.setattr(_rows, "MAX_ROWS", 20)
+    monkeypatch.setattr(fit_rows, "MAX_ROWS", 20)
     with pytest.raises(ValueError, match=r"X contains NaN or inf \(rows \[400\]"):  # found when streamed
         reg.set_params(n_inducing=5).fit(da.from_array(Xbad, chunks=(100, 2)), y)
     monkeypatch.undo()

@@ -14,7 +14,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, Ration
 from threadpoolctl import threadpool_limits
 
 from skgp_sparse import SparseGPClassifier, SparseGPRegressor
-from skgp_sparse._estimators import _fit, _training
+from skgp_sparse.fit import plan, training
 from skgp_sparse.linalg import JitterWarning
 
 
@@ -342,7 +342,7 @@ def test_minibatch_fit_settles_q_at_the_exact_optimum(monkeypatch, learn_inducin
     gives the recorded bound (``pass_chunk=50``: q settled from several chunks, a running
     average of their optima)."""
     if pass_chunk is not None:
-        monkeypatch.setattr(_training, "PASS_CHUNK", pass_chunk)
+        monkeypatch.setattr(training, "PASS_CHUNK", pass_chunk)
     X, y = two_features(300)
     reg = SparseGPRegressor(n_inducing=20, batch_size=64, max_iter=20, learn_inducing=learn_inducing,
                             random_state=0).fit(X, y)
@@ -381,7 +381,7 @@ def test_tol_zero_does_not_stop_a_fit_that_is_still_climbing(monkeypatch):
     """From a badly scaled start, without the exact search that would jump past it, the ELBO
     climbs for the whole of 40 epochs: with tol=0 the fit runs to max_iter (the rule can
     first fire after about a dozen epochs)."""
-    monkeypatch.setattr(_fit, "starts_with_search", lambda *args, **kwargs: False)
+    monkeypatch.setattr(plan, "starts_with_search", lambda *args, **kwargs: False)
     X, y, kernel = badly_scaled_start()
     with pytest.warns(ConvergenceWarning, match="max_iter"):
         reg = SparseGPRegressor(kernel, n_inducing=20, batch_size=50, max_iter=40, tol=0, random_state=0).fit(X, y)
@@ -398,7 +398,7 @@ def test_a_slow_climb_with_a_steady_pull_is_not_taken_for_the_optimum(monkeypatc
     goes on to epoch 60 and ends 0.016 higher (measured over three seeds: 0.0145 to 0.0165,
     first check at epoch 7 every time). Fails on the ELBO-only rule: the two fits are then
     the same."""
-    monkeypatch.setattr(_fit, "starts_with_search", lambda *args, **kwargs: False)
+    monkeypatch.setattr(plan, "starts_with_search", lambda *args, **kwargs: False)
     rng = np.random.default_rng(1)
     X = rng.uniform(-3, 3, (300, 1))
     y = np.sin(2 * X[:, 0]) + 0.2 * rng.standard_normal(300)
@@ -408,7 +408,7 @@ def test_a_slow_climb_with_a_steady_pull_is_not_taken_for_the_optimum(monkeypatc
                                  learning_rate=5e-4, random_state=1).fit(X, y)
 
     pulled = fit()
-    monkeypatch.setattr(_training, "MAX_GRADIENT_SNR", None)
+    monkeypatch.setattr(training, "MAX_GRADIENT_SNR", None)
     elbo_only = fit()
     assert elbo_only.converged_ and elbo_only.n_iter_ < 15
     assert pulled.n_iter_ > 3 * elbo_only.n_iter_
@@ -545,22 +545,24 @@ def test_full_batch_elbo_is_the_recorded_bound(basis, n_orthogonal, normalize_y)
 
 
 def test_the_searchs_second_stage_runs_thirty_passes_of_rows_within_100_and_300_iterations(monkeypatch):
-    from skgp_sparse._estimators import _training
+    from skgp_sparse.fit import training
 
     # 30 passes' worth of 2,048-row evaluations, floored and capped (see SEARCH_PASSES).
     expected = {2049: 100, 6412: 100, 6827: 101, 10_000: 147, 17_583: 258, 20_480: 300, 10**6: 300}
-    assert {n: _training.inducing_search_iterations(n) for n in expected} == expected
+    assert {n: training.inducing_search_iterations(n) for n in expected} == expected
     # ...and the fit hands that cap to the second stage (the one call with the inducing scales).
     caps = []
-    original = _training.optimise_collapsed
+    original = training.optimise_collapsed
 
     def recording(*args, **kwargs):
         if kwargs.get("scales") is not None:
             caps.append(kwargs["max_iter"])
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(_training, "optimise_collapsed", recording)
-    monkeypatch.setattr(_training, "SEARCH_ROWS", 256)
+    monkeypatch.setattr(training, "optimise_collapsed", recording)
+    # The search's rows (the plan's) and the rows the second stage's cap counts in.
+    monkeypatch.setattr(plan, "SEARCH_ROWS", 256)
+    monkeypatch.setattr(training, "SEARCH_ROWS", 256)
     rng = np.random.default_rng(0)
     X = rng.uniform(-3, 3, (1000, 1))
     y = np.sin(2 * X[:, 0]) + 0.2 * rng.standard_normal(1000)
@@ -569,10 +571,9 @@ def test_the_searchs_second_stage_runs_thirty_passes_of_rows_within_100_and_300_
 
 
 def test_auto_batch_size_is_one_batch_up_to_2048_rows_and_1024_above():
-    from skgp_sparse._estimators import _training
 
     # One batch is the stream's own exact search over every row (see AUTO_FULL_BATCH_ROWS).
-    assert _training.AUTO_FULL_BATCH_ROWS == _training.SEARCH_ROWS == 2048
+    assert plan.AUTO_FULL_BATCH_ROWS == plan.SEARCH_ROWS == 2048
     rng = np.random.default_rng(0)
     X = rng.uniform(-3, 3, (2049, 1))
     y = np.sin(2 * X[:, 0]) + 0.2 * rng.standard_normal(2049)

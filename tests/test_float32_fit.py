@@ -104,18 +104,18 @@ def test_a_nearly_singular_kernel_matrix_is_factorised_with_the_float32_jitter_f
 def test_auto_jitter_of_float32_starts_at_the_floor(monkeypatch):
     # With little noise, jitter="auto" asks for less than float32 factorisations use: the
     # full-batch search must not be run again for a jitter it cannot have.
-    from skgp_sparse._estimators import _training
+    from skgp_sparse.fit import jitter, training
     from skgp_sparse.kernels import compile_kernel
     from sklearn.gaussian_process.kernels import RBF
 
     Z = np.linspace(0.0, 1.0, 8)[:, None]
     kernel = compile_kernel(RBF())
-    assert _training.auto_jitter(kernel, Z, 1e-6) == pytest.approx(1e-12)
-    assert _training.auto_jitter(kernel, Z.astype(np.float32), 1e-6) == FLOAT32_MIN_JITTER
+    assert jitter.auto_jitter(kernel, Z, 1e-6) == pytest.approx(1e-12)
+    assert jitter.auto_jitter(kernel, Z.astype(np.float32), 1e-6) == FLOAT32_MIN_JITTER
 
     searches = []
-    original = _training.optimise_collapsed
-    monkeypatch.setattr(_training, "optimise_collapsed", lambda *a, **k: searches.append(1) or original(*a, **k))
+    original = training.optimise_collapsed
+    monkeypatch.setattr(training, "optimise_collapsed", lambda *a, **k: searches.append(1) or original(*a, **k))
     rng = np.random.default_rng(0)
     X = rng.uniform(-3, 3, size=(120, 1))
     y = np.sin(X[:, 0]) + 0.02 * rng.standard_normal(120)
@@ -161,7 +161,7 @@ def _float64_matrices_in_training(fit):
         name = frame.f_code.co_name
         if event == "call" and name in ("train", "run_collapsed"):
             state["on"] = True
-        elif event == "call" and name == "_state_to_host":
+        elif event == "call" and name == "state_to_host":
             state["on"] = False
         if event != "return" or not state["on"]:
             return

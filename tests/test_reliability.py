@@ -16,8 +16,9 @@ from sklearn.model_selection import cross_validate
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from skgp_sparse import SparseGPClassifier, SparseGPRegressor
-from skgp_sparse._estimators._training import CONJUGATE_WARMUP_STEPS, FitInterruptedWarning
+from skgp_sparse.fit.training import CONJUGATE_WARMUP_STEPS, FitInterruptedWarning
 from skgp_sparse.elbo import VariationalModel
+from skgp_sparse.fit.plan import starts_with_search as SEARCH_RULE
 
 from ._fit_checks import without_search
 
@@ -244,9 +245,10 @@ class ThreadRecordingRegressor(SparseGPRegressor):
 def test_ctrl_c_during_the_exact_search_is_raised_and_fits_nothing(monkeypatch):
     """Before the first step there is no model to keep: an interrupt in the search that
     starts a fit is the user's, raised again, and the estimator stays unfitted."""
-    from skgp_sparse._estimators import _fit, _training
+    from skgp_sparse.fit import plan
 
-    monkeypatch.setattr(_fit, "starts_with_search", _training.starts_with_search)
+    # The rule itself, as imported before the autouse fixture replaced it.
+    monkeypatch.setattr(plan, "starts_with_search", SEARCH_RULE)
     interrupt_on_call(monkeypatch, VariationalModel, "evaluate", 3)
     X, y, _ = data()
     est = regressor(batch_size=100)

@@ -35,8 +35,6 @@ from ._common import (
     check_sample_weight,
     consistent_covariance,
     device_rows_for_prediction,
-    dispatch_namespace,
-    feature_scale,
     generator_from,
     initial_inducing_points,
     latent_in_chunks,
@@ -44,12 +42,14 @@ from ._common import (
     latent_white_noise,
     resolve_kernel,
 )
-from ._fit import run_fit, run_partial_fit
+from ..fit.pipeline import run_fit, run_partial_fit
+from ..fit.placement import dispatch_namespace, dtype_name, fit_device, is_dask_collection
+from ..fit.plan import feature_scale
+from ..fit.rows import DaskRows, InMemoryRows, device_rows, host_copies, stream_inputs, stream_sample
+from ..fit.settings import FitSettings
 from ._objective import BoundMethods
-from ._rows import InMemoryRows, training_rows
-from ._settings import FitSettings
-from ._training import starting_jitter
-from ._warnings import warn
+from ..fit.jitter import starting_jitter
+from .._warnings import warn
 
 #: ``fit`` keeps its training rows (``X_train_``) up to this many, GaussianProcessRegressor's
 #: practical size: a pickle then grows by at most 5,000 rows, and above it a model's size
@@ -174,11 +174,11 @@ class SparseGPBase(BoundMethods, BaseEstimator):
 
     # --- fitting --------------------------------------------------------------------
     def _fit(self, X, y, sample_weight):
-        settings = FitSettings.from_estimator(self)
+        settings = self._fit_settings()
         check_basis_options(self.basis, self.n_orthogonal)
         rng = generator_from(self.random_state)
         y, missing = self._missing_entries(y)
-        rows, y = training_rows(self, X, y, rng, **self._data_checks)
+        rows, y = self._training_rows(settings, X, y, rng, **self._data_checks)
         y = self._with_missing(y, missing)
         weights = check_sample_weight(sample_weight, rows.n_rows)
         warm = self.warm_start and hasattr(self, "variational_state_")
@@ -188,8 +188,7 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         else:
             model = self._initial_model(rows.sample, rows.n_rows, rng, rows.sample_weights(weights))
         model.layout, Y = self._layout(Y, weights, self._known_noise(rows.n_rows))
-        x_scale = feature_scale(rows.sample, rows.sample_weights(weights))
-        result = run_fit(settings, model, rows, Y, rng, x_scale, search_model=None if warm else self._search_model,
+        result = run_fit(settings, model, rows, Y, rng, weights, search_model=None if warm else self._search_model,
                          steps_before=self.n_steps_ if warm else 0)
         self._record_fit(result)
         self._keep_training_rows(rows, y)
@@ -199,14 +198,14 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         return self
 
     def _partial_fit(self, X, y, sample_weight, n_data, classes=None):
-        settings = FitSettings.from_estimator(self)
+        settings = self._fit_settings()
         first = not hasattr(self, "variational_state_")
         if first:
             check_basis_options(self.basis, self.n_orthogonal)
         stream = getattr(self, "_stream_state", None)
         rng = generator_from(self.random_state) if stream is None else stream.rng
         y, missing = self._missing_entries(y)
-        rows, y = training_rows(self, X, y, rng, reset=first, **self._data_checks)
+        rows, y = self._training_rows(settings, X, y, rng, reset=first, **self._data_checks)
         y = self._with_missing(y, missing)
         weights = check_sample_weight(sample_weight, rows.n_rows)
         Y = self._stream_targets(y, weights, first, classes)
@@ -217,8 +216,7 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         else:
             model = self._fitted_model(n_total)
         model.layout, Y = self._layout(Y, weights, self._known_noise(rows.n_rows))
-        x_scale = feature_scale(rows.sample, rows.sample_weights(weights)) if stream is None else None
-        result, stream = run_partial_fit(settings, model, rows, Y, rng, x_scale, stream=stream,
+        result, stream = run_partial_fit(settings, model, rows, Y, rng, weights, stream=stream,
                                          search_model=self._search_model if first else None,
                                          steps_before=0 if first else self.n_steps_)
         self._record_fit(result, append=not first)
@@ -227,6 +225,40 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         self.n_rows_seen_ = n_seen
         self._stream_state = stream
         return self
+
+    def _fit_settings(self):
+        """The parameters the fit reads, frozen for this call (a parameter set during the
+        fit cannot change it)."""
+        return FitSettings.from_parameters(type(self).__name__, self.get_params(deep=False),
+                                           getattr(self, "_epoch_callback", None))
+
+    def _training_rows(self, settings, X, y, rng, reset=True, **checks):
+        """Validate (X, y) for a fit with ``settings``: the rows as a
+        :class:`skgp_sparse.fit.rows.Rows`, and y as numpy. Sets ``n_features_in_`` (and
+        ``feature_names_in_``) as ``validate_data`` does, with ``reset`` and ``checks``
+        (multi-output, numeric y).
+
+        Where :func:`~skgp_sparse.fit.placement.fit_device` says the fit runs on a device
+        or in float32, the checks run on host copies and the rows are
+        :class:`~skgp_sparse.fit.rows.DeviceRows`; Dask input streams from its chunks
+        (:class:`~skgp_sparse.fit.rows.DaskRows`, in the fit's dtype), of which only a
+        random sample is computed and checked here; anything else is validated by
+        scikit-learn into one float64 array.
+        """
+        where = fit_device(settings, X)
+        if where is not None:
+            # y comes to the host: the target transformations are numpy code; the fit
+            # sends the finished target array to the device once.
+            host_X, host_y = host_copies(X, y)
+            host_X, y = validate_data(self, host_X, host_y, dtype=np.float64, order="C", reset=reset, **checks)
+            return device_rows(X, host_X, where), y
+        if is_dask_collection(X) or is_dask_collection(y):
+            X, y = stream_inputs(X, y, **checks)
+            sample_rows, sample = stream_sample(X, rng)
+            sample = validate_data(self, sample, reset=reset, dtype=np.float64)
+            return DaskRows(X, sample, sample_rows, dtype=dtype_name(settings.dtype)), y
+        X, y = validate_data(self, X, y, dtype=np.float64, order="C", reset=reset, **checks)
+        return InMemoryRows(X), y
 
     def _keep_training_rows(self, rows, y):
         """``X_train_`` and ``y_train_``, as GaussianProcessRegressor keeps them, for a fit on
@@ -240,7 +272,7 @@ class SparseGPBase(BoundMethods, BaseEstimator):
             self.X_train_, self.y_train_ = keep(rows.sample), keep(y)
 
     def _record_fit(self, result, append=False):
-        """Set the fitted attributes from a :class:`._fit.FitResult`.
+        """Set the fitted attributes from a :class:`skgp_sparse.fit.pipeline.FitResult`.
 
         ``append`` (``partial_fit``): the epochs and ELBOs add to those already recorded.
         """
@@ -294,7 +326,7 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         white = kernel.white_noise_level if self._latent_noise_from_white() else 0.0
         xp = dispatch_namespace(X)
         if xp is not None:
-            X = device_rows_for_prediction(self, X, xp)
+            X = device_rows_for_prediction(X, xp, self.n_features_in_, type(self).__name__)
             mean, second = latent_on_device(self.predictor_, kernel, X, xp, full_cov)
         else:
             X = validate_data(self, X, reset=False, dtype=np.float64)

@@ -2,12 +2,9 @@
 
 No mathematics here: this module validates estimator parameters and data, assembles what
 a :class:`skgp_sparse.elbo.VariationalModel` is built from (kernel, inducing inputs), and
-serves predictions in chunks and on devices; :mod:`._rows` holds the training rows and
-:mod:`._fit` runs the fit.
+serves predictions in chunks and on devices; the fit itself is :mod:`skgp_sparse.fit`.
 """
 
-import copy
-import dataclasses
 import functools
 from numbers import Integral, Real
 
@@ -21,7 +18,8 @@ from ..inducing import METHODS as INDUCING_METHODS
 from ..inducing import initial_inducing
 from ..kernels import compile_kernel
 from ..likelihoods import NoiseParameter
-from ._warnings import warn
+from .._warnings import warn
+from ..fit.placement import dispatch_namespace, is_dask_collection, state_to
 
 #: Rows per chunk at prediction time: bounds memory at O(chunk * M) whatever the input size.
 PREDICT_CHUNK = 4096
@@ -53,12 +51,6 @@ COMMON_CONSTRAINTS = {
     "copy_X_train": ["boolean"],
 }
 
-def dtype_name(dtype):
-    """The estimator's ``dtype`` parameter ("float64", "float32", np.float64 or np.float32)
-    as its name."""
-    return np.dtype(dtype).name
-
-
 def check_basis_options(basis, n_orthogonal):
     """Refuse combinations that cannot work, with a message that says why: a second
     inducing set for a basis that does not declare one (``ORTHOGONAL_SET``)."""
@@ -68,28 +60,6 @@ def check_basis_options(basis, n_orthogonal):
             f"n_orthogonal={n_orthogonal} is only used by the bases {takers}; "
             f"basis={basis!r} has no orthogonal set, so leave n_orthogonal=0"
         )
-
-
-def feature_scale(X, sample_weight=None):
-    """Spread (standard deviation) of each column of X; 1 for a constant column.
-
-    It sets the default kernel's length scales and the size of Adam's steps on the
-    inducing inputs, so that a fit does the same on X and on ``1e6 * X``. With
-    ``sample_weight``, the weighted spread: that of X with each row repeated its weight's
-    number of times.
-    """
-    n = X.shape[0]
-    if n < 2:
-        return np.ones(X.shape[1])
-    w = np.ones(n) if sample_weight is None else sample_weight
-    total = float(w.sum())
-    # Two passes, the second over row chunks: np.std would make two temporaries of X's size.
-    mean = (w @ X) / total
-    sq = np.zeros(X.shape[1])
-    for rows in chunked(n, 65536):
-        sq += w[rows] @ ((X[rows] - mean) ** 2)
-    scale = np.sqrt(sq / total)
-    return np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
 
 
 def default_kernel(n_features, x_scale=None, matern_nu=None):
@@ -193,48 +163,17 @@ def generator_from(random_state):
     return np.random.default_rng(check_random_state(random_state).randint(np.iinfo(np.int32).max))
 
 
-def dispatch_namespace(X):
-    """The namespace of X when it is an array of a library other than numpy and
-    scikit-learn's ``array_api_dispatch`` is on (``sklearn.config_context``); None
-    otherwise (the fit then converts X to numpy, as it always did)."""
-    if not backend.is_foreign(X):
-        return None
-    from sklearn import get_config
-
-    if not get_config().get("array_api_dispatch", False):
-        return None
-    return backend.namespace(X)
-
-
-def state_to(state, convert):
-    """A basis state or predictor (a dataclass of arrays, possibly nesting another) with
-    every array passed through ``convert``; other fields (None caches, settings, numbers)
-    are kept as they are."""
-    if dataclasses.is_dataclass(state) and not isinstance(state, type):
-        changes = {f.name: state_to(getattr(state, f.name), convert) for f in dataclasses.fields(state) if f.init}
-        return dataclasses.replace(state, **changes)
-    if backend.is_array(state):
-        return convert(state)
-    if isinstance(state, tuple) and state and all(dataclasses.is_dataclass(part) for part in state):
-        # Nested states (a multi-output state's latent groups); a tuple of arrays is a
-        # cache, kept as it is.
-        return tuple(state_to(part, convert) for part in state)
-    if isinstance(state, np.random.Generator):
-        # Its own stream: drawing from the moved state must not advance the original.
-        return copy.deepcopy(state)
-    return state
-
-
-def device_rows_for_prediction(estimator, X, xp):
+def device_rows_for_prediction(X, xp, n_features, name):
     """X, an array of another library under ``array_api_dispatch``, checked for
     prediction where it lives (no copy to the host): two dimensions, the fitted number of
-    features, finite; as the widest float of its device."""
+    features (``n_features``; ``name``: the estimator's, for the message), finite; as the
+    widest float of its device."""
     if X.ndim != 2:
         raise ValueError(f"Expected a 2D array for X, got {X.ndim} dimensions; reshape your data")
-    if X.shape[1] != estimator.n_features_in_:
+    if X.shape[1] != n_features:
         raise ValueError(
-            f"X has {X.shape[1]} features, but {type(estimator).__name__} is expecting "
-            f"{estimator.n_features_in_} features as input."
+            f"X has {X.shape[1]} features, but {name} is expecting "
+            f"{n_features} features as input."
         )
     dtype = backend.widest_float(xp, backend.device_of(X))
     X = xp.astype(X, dtype) if X.dtype != dtype else X
@@ -282,11 +221,6 @@ def outputs_follow_input(method):
         return tuple(convert(a) for a in out) if isinstance(out, tuple) else convert(out)
 
     return wrapper
-
-
-def is_dask_collection(a):
-    """Whether ``a`` is a Dask collection, without importing Dask when it was not."""
-    return type(a).__module__.split(".")[0] in ("dask", "dask_expr") and hasattr(a, "__dask_graph__")
 
 
 def check_n_data(n_data, n_seen):

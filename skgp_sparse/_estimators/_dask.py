@@ -3,12 +3,12 @@ and returns a lazy Dask array; each chunk is predicted where it lives.
 
 Imported only when an estimator is handed a Dask collection, so Dask stays an optional
 extra (``pip install -e '.[dask]'``). Training streams Dask rows through
-:class:`._rows.DaskRows`.
+:class:`skgp_sparse.fit.rows.DaskRows`.
 """
 
 import numpy as np
 
-from ._rows import as_dask_matrix
+from ..fit.rows import as_dask_matrix
 
 
 def map_rows(func, X):

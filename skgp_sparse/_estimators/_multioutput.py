@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import backend
 from ..kernels import compile_kernel
-from ._common import is_dask_collection
+from ..fit.placement import is_dask_collection
 
 
 def split_missing(y, policy):

@@ -9,7 +9,8 @@ from sklearn.utils.validation import check_is_fitted
 from ..likelihoods import BernoulliLikelihood, RobustMaxLikelihood, SoftmaxLikelihood
 from ._base import SparseGPBase
 from ._docs import fill_docstring
-from ._common import COMMON_CONSTRAINTS, is_dask_collection, outputs_follow_input
+from ..fit.placement import is_dask_collection
+from ._common import COMMON_CONSTRAINTS, outputs_follow_input
 
 #: Likelihoods with one latent function (two classes only), by link name.
 BINARY_LIKELIHOODS = ("probit", "logit")

@@ -20,11 +20,12 @@ from ..likelihoods import (GaussianLikelihood, NoiseParameter, OutputGaussianLik
 from ..multioutput import MixedModel, MixedPredictor, MixedState, initial_mixing
 from ..optim.loop import hyperparameters
 from ._base import SparseGPBase
-from ._training import starting_jitter
+from ..fit.jitter import starting_jitter
 from ._multioutput import check_observed_columns, latent_kernels, observed_moments, observed_r2, split_missing
 from ._docs import fill_docstring
-from ._common import COMMON_CONSTRAINTS, default_kernel, is_dask_collection, outputs_follow_input
-from ._warnings import warn
+from ..fit.placement import is_dask_collection
+from ._common import COMMON_CONSTRAINTS, default_kernel, outputs_follow_input
+from .._warnings import warn
 
 #: The bounds of the noise variance that ``noise_variance_bounds="auto"`` stands for (on
 #: the normalised scale under ``normalize_y``).

@@ -1,10 +1,12 @@
-"""Training of the estimators' models: which fit runs, with what settings, and what it reports.
+"""Training of the estimators' models: the exact search that starts a fit, the search of
+the collapsed bound, the minibatch stream and the settling of q(u) after it.
 
-A full-batch Gaussian fit on a basis with exact natural steps searches the collapsed bound
+Which of them runs, on how many rows, is the plan's (:mod:`.plan`): a one-batch fit whose
+q(u) is optimal in closed form searches the collapsed bound
 (:mod:`skgp_sparse.optim.fullbatch`); every other fit runs the minibatch loop
 (:mod:`skgp_sparse.optim.loop`) and then settles q(u) at the final hyperparameters. The
-constants below are the measured defaults of that machinery (docs/benchmarks.md,
-"Default settings").
+state stays where the rows are: :mod:`.pipeline` brings it back. The constants below are
+the measured defaults of that machinery (docs/benchmarks.md, "Default settings").
 """
 
 from dataclasses import dataclass
@@ -12,21 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from ..linalg import FLOAT32_MIN_JITTER
 from ..optim import Adam, NaturalStepSchedule, train
 from ..optim.fullbatch import optimal_q, optimise_collapsed
 from ..optim.loop import History, hyperparameters, settle_variational
 from ..optim.stopping import MAX_GRADIENT_SNR, StoppingRule
-from .. import backend
-from ._common import feature_scale, state_to
-from ._fit_report import warn_at_bounds, warn_jitter_above_noise, warn_noise_at_bounds, warn_scale_at_bounds
-from ._warnings import warn
-
-#: jitter="auto": the relative jitter on K(Z, Z) is at most this, and the absolute jitter
-#: at most this fraction of the noise variance. The bound loses about jitter / (2 noise)
-#: nats per well-determined inducing direction, so tying it to the noise keeps that loss
-#: below a micro-nat whatever the noise; a factorisation that needs more gets more.
-AUTO_JITTER = 1e-6
+from .jitter import auto_jitter, smallest_noise
+from .plan import SEARCH_ROWS
+from .._warnings import warn
 
 #: Minibatch fits average the ELBO estimates over periods of this many steps (one epoch
 #: when that is shorter) and compare windows of ``n_iter_no_change`` periods.
@@ -64,33 +58,6 @@ class FitInterruptedWarning(UserWarning):
     """A KeyboardInterrupt (Ctrl-C) ended a fit early; the model is that of the last completed step."""
 
 
-#: batch_size="auto": data sets of at most this many rows whose one batch is the search of
-#: the collapsed bound (a Gaussian likelihood) are fitted that way, others in batches of
-#: AUTO_BATCH_SIZE rows. It is the rows of the stream's own exact search (SEARCH_ROWS): up
-#: to there one batch is that search over every row. Measured with the default regressor
-#: on subsets of ggplot2 txhousing, nycflights13 weather, dplyr storms, diamonds and
-#: itsadug simdat (docs/benchmarks.md, "One batch or the stream"): at 2,048 rows one batch
-#: took 0.5 to 0.9 of the stream's time on four sets, as accurate; from 4,096 rows on, once
-#: the stream's search moved the inducing inputs for up to 300 iterations, the stream was
-#: as accurate or more (weather test RMSE 0.2108 against 0.2161 at 4,096 rows) and one
-#: batch took 0.9 to 2.2 times its time. The classifier's one batch is no search, only
-#: full-batch steps, and was no better than the stream on KEEL magic, ring and phoneme
-#: (accuracy 0.4 to 1.1 points lower on ring and phoneme at 4,096 rows, in the same time).
-AUTO_FULL_BATCH_ROWS = 2048
-AUTO_BATCH_SIZE = 1024
-
-
-def batch_rows(settings, n_rows, collapses):
-    """Rows per step for ``n_rows`` training rows (``batch_size``: int, None or "auto");
-    ``collapses``: whether one batch of them would be the search of the collapsed bound
-    (False for ``partial_fit``, whose calls are never one)."""
-    if settings.batch_size is None or (settings.batch_size == "auto" and collapses
-                                       and n_rows <= AUTO_FULL_BATCH_ROWS):
-        return n_rows
-    size = AUTO_BATCH_SIZE if settings.batch_size == "auto" else settings.batch_size
-    return min(size, n_rows)
-
-
 @dataclass
 class StreamState:
     """What ``partial_fit`` carries from one call to the next besides the model.
@@ -108,7 +75,7 @@ class StreamState:
 
 
 def make_optimisers(settings, model, x_scale, full_batch, steps_done, falling_elbo_backoff=True):
-    """The natural-step schedule and Adam of a fit with these settings (a :class:`._settings.FitSettings`).
+    """The natural-step schedule and Adam of a fit with these settings (a :class:`.settings.FitSettings`).
 
     ``steps_done`` (a warm start) lets the natural-step schedule continue where it was
     rather than restart with large steps that would forget the fitted q(u). Without a
@@ -152,38 +119,6 @@ def inducing_step_scale(kernel, x_scale):
     return step
 
 
-def auto_jitter(kernel, Z, noise_variance=None):
-    """The relative jitter that ``jitter="auto"`` starts from (see :data:`AUTO_JITTER`);
-    for float32 inducing inputs no less than the float32 factorisations start from
-    (:data:`~skgp_sparse.linalg.FLOAT32_MIN_JITTER`)."""
-    xp = backend.namespace(Z)
-    floor = FLOAT32_MIN_JITTER if Z.dtype == xp.float32 else 0.0
-    diag = kernel.diag(Z)
-    scale = float(xp.mean(diag))
-    if noise_variance is None or not scale > 0:
-        return AUTO_JITTER
-    return max(floor, min(AUTO_JITTER, AUTO_JITTER * noise_variance / scale))
-
-
-def smallest_noise(model):
-    """The model's Gaussian noise variance, the smallest of them where each output has its
-    own (the jitter must stay small against every one)."""
-    return float(np.min(model.noise.value))
-
-
-def starting_jitter(jitter, kernel, Z, noise_variance=None):
-    """The relative jitter of a fresh model: the estimator's ``jitter``, or :func:`auto_jitter`
-    for "auto"."""
-    if jitter == "auto":
-        return auto_jitter(kernel, Z, noise_variance)
-    return float(jitter)
-
-
-def fits_collapsed(model, rows, batch):
-    """Whether the fit optimises the collapsed bound (full batch, exact natural steps)."""
-    return batch >= rows.n_rows and model.q_optimal_in_closed_form()
-
-
 def run_collapsed(settings, model, rows, Y, rng, x_scale):
     """Quasi-Newton search of the collapsed bound (full batch, Gaussian): GPR's procedure,
     for at most ``max_iter`` iterations.
@@ -218,14 +153,13 @@ def run_collapsed(settings, model, rows, Y, rng, x_scale):
     return history, search.elbo
 
 
-#: Rows of the exact search that starts a fresh minibatch fit (see
-#: :func:`search_hyperparameters`), and its iterations at most: of the search of the
+#: Iterations at most of the exact search that starts a fresh minibatch fit (see
+#: :func:`search_hyperparameters`; its rows are :data:`.plan.SEARCH_ROWS`): of the search of the
 #: hyperparameters when it is the whole search, and when the second stage follows (which
 #: moves the hyperparameters again, with the inducing inputs). Measured with the default
 #: regressor (first stage capped at 200 or 30 iterations): storms test RMSE 0.2506 both
 #: ways, weather 0.1906 and 0.1869, diamonds 0.0904 and 0.0903, simdat 0.1691 and 0.1718,
 #: the search 2 to 5 s shorter on one thread.
-SEARCH_ROWS = 2048
 SEARCH_MAX_ITER = 200
 SEARCH_FIRST_STAGE_MAX_ITER = 30
 
@@ -256,45 +190,9 @@ def inducing_search_iterations(n_rows):
     return int(min(max(passes, SEARCH_INDUCING_MIN_ITER), SEARCH_INDUCING_MAX_ITER))
 
 
-def starts_with_search(settings, model, rows, streaming=False):
-    """Whether a fresh fit starts with the exact search of :func:`search_hyperparameters`:
-    it learns hyperparameters and is not itself a full-batch search of the collapsed bound
-    (``streaming``: the first call of ``partial_fit``, which never is); a minibatch stream
-    starts with it where it pays (:func:`stream_search_pays`)."""
-    if not model.learn_hyperparameters:
-        return False
-    batch = batch_rows(settings, rows.n_rows, model.q_optimal_in_closed_form())
-    if streaming or batch < rows.n_rows:
-        return stream_search_pays(model.likelihood)
-    return not fits_collapsed(model, rows, batch)
-
-
-def stream_search_pays(likelihood):
-    """Whether a minibatch stream under ``likelihood`` gains by starting from the exact
-    search: not under a non-conjugate likelihood of several latent functions (the
-    multi-class classifier), whose stream starts from the kernel as given.
-
-    There every evaluation of the search moves the K latents' q(u) by damped natural
-    steps on SEARCH_ROWS rows, so the search costs as much as 45 (letter) to 110
-    (penbased) epochs of a 4,000-row stream, and it did not pay at any point of the fit (measured, default
-    classifier, first 4,000 training rows of KEEL letter, 26 classes, and penbased, 10
-    classes, one thread; docs/benchmarks.md, "The many-class fit without the exact
-    search"). With the search, letter's fit took 256 s for 90.0% (log-loss 0.579), and
-    after 95 s stood at 86.5%; without it 179 s for 90.5% (0.557), 90.2% after 91 s.
-    On penbased the search's long length scales (2 to 10 against the stream's 1.4) left
-    95.4% (0.409) after ten epochs and 87 s, against 99.3% (0.035) in 7 s without it. A
-    search on 512 rows with one q step per evaluation cost 20 s on letter (85.6%
-    after ten more epochs, where the stream alone had 87.5% at the same time) and 14 s
-    on penbased (99.55%, 0.019 after ten more epochs and 21 s; the stream alone 99.45%,
-    0.016 after 20 s): a few test rows for a fifth of the whole fit's time. A search on
-    every row (one batch) is the fit's own hyperparameter optimiser and stays.
-    """
-    return likelihood.conjugate or likelihood.n_latent == 1
-
-
-def search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale, hand_over=False):
+def search_hyperparameters(settings, plan, model, search_model, rows, Y, rng):
     """Set ``model``'s hyperparameters, then its inducing inputs, by quasi-Newton searches
-    of an exact objective on at most :data:`SEARCH_ROWS` random rows, before any minibatch
+    of an exact objective on ``plan.search_rows`` random rows, before any minibatch
     step.
 
     Minibatch Adam steps on the hyperparameters move them by about the learning rate
@@ -332,17 +230,17 @@ def search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale,
        magic 18 s without it, 39 s with it; accuracy 0.889 with it, 0.888 and 0.894
        without it in runs that differed only in thread count; banana 0.900 both ways).
 
-    ``hand_over`` (a one-batch ``fit``): where the search ran on every row, the model also takes its
+    ``plan.hand_over`` (a one-batch ``fit``): where the search ran on every row, the model also takes its
     q(u) and the returned :class:`StartPoint` says where the search left it (see
     :func:`_hand_over`); otherwise None is returned, and a stream under a non-conjugate
     likelihood starts from the search's q(u) (:func:`_start_stream_q`).
 
     ``search_model(model, n_rows, learn_inducing)`` builds a search's model from
     ``model``'s current parameters (the estimator's ``_search_model``); ``Y`` is the host
-    target array; ``x_scale`` each feature's spread (the unit of the inducing inputs'
-    search coordinates).
+    target array; ``plan.x_scale`` is each feature's spread (the unit of the inducing
+    inputs' search coordinates).
     """
-    X, Y = rows.search_rows(Y, SEARCH_ROWS, rng)
+    X, Y = rows.search_rows(Y, plan.search_rows, rng)
     optimizer = settings.optimizer or "fmin_l_bfgs_b"
     search = search_model(model, model.n_data, False)
     fields = [name for name in model.basis.INDUCING_FIELDS if name in model.learn_fields]
@@ -353,7 +251,7 @@ def search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale,
     model.set_adam_params(hyperparameters(search))
     if second_stage:
         search = search_model(model, model.n_data, True)
-        result = optimise_collapsed(search, X, Y, optimizer, 0, rng, scales={"inducing": x_scale},
+        result = optimise_collapsed(search, X, Y, optimizer, 0, rng, scales={"inducing": plan.x_scale},
                                     verbose=settings.verbose > 1, max_iter=inducing_search_iterations(model.n_data),
                                     tol=settings.tol)
         model.set_adam_params({**hyperparameters(search), **_split_like(model.state, fields, search.state.inducing)})
@@ -365,7 +263,7 @@ def search_hyperparameters(settings, model, search_model, rows, Y, rng, x_scale,
     if settings.verbose:
         print(f"exact search on {X.shape[0]} rows: {result.n_iter} iterations, bound per row "
               f"{result.elbo / search.rows_counted:.4f}")
-    if not hand_over:
+    if not plan.hand_over:
         _start_stream_q(model, search, X, Y)
         return None
     return _hand_over(model, search, X, Y, X.shape[0] == rows.n_rows)
@@ -484,113 +382,72 @@ def warmup_steps(model, schedule, steps_per_epoch):
     return max(0, total - schedule.t)
 
 
-def settle_and_bound(model, rows, Y, rng, schedule, batch):
-    """After minibatch training: q(u) brought to the final hyperparameters, then the exact bound.
+def settle_and_bound(plan, model, rows, Y, rng, schedule):
+    """After minibatch training: q(u) brought to the final hyperparameters as ``plan``
+    says (:attr:`.plan.FitPlan.settle`), then the exact bound.
 
     Returns the ELBO of the fitted model over all training rows (one more pass over them).
     """
-    exact = model.natural_step_is_exact(jointly=False)
-    if model.solves_q_in_closed_form():
+    if plan.settle == "joint":
         # The joint optimum at the final hyperparameters: its bound and predictions.
         model.optimal_q_over(rows.batches(Y, PASS_CHUNK)(rng), joint=True)
-    elif model.natural:
-        size = max(batch, PASS_CHUNK) if exact else batch
+    elif plan.settle is not None:
+        exact = plan.settle == "exact"
+        size = max(plan.batch_rows, PASS_CHUNK) if exact else plan.batch_rows
         settle_variational(model, rows.batches(Y, size), rng, schedule, exact, SETTLE_STEPS)
     return model.elbo_of_chunks(rows.batches(Y, PASS_CHUNK)(rng))
 
 
-def run_training(settings, model, rows, Y, rng, steps_done=0, x_scale=None, start=None):
-    """Train ``model`` with ``settings``; returns ``(history, schedule, bound)``.
+def run_training(settings, plan, model, rows, Y, rng, steps_done=0):
+    """Train ``model`` with ``settings`` as ``plan`` (a :class:`.plan.FitPlan`) says;
+    returns ``(history, schedule, bound)``, the state where the rows are.
 
-    ``start``: where the exact search left the model (a :class:`StartPoint`, or None); a
-    minibatch fit that ends below it returns to it (:func:`keep_the_better`).
-
-    A full-batch Gaussian fit on a basis with exact natural steps optimises the collapsed
-    bound (:func:`run_collapsed`); every other fit runs minibatch natural-gradient
-    training, then settles q(u) at the final hyperparameters. ``bound`` is the ELBO of
-    the fitted model on all training rows. ``rows`` is a :class:`._rows.Rows`;
-    Y is in memory.
+    A one-batch fit whose q(u) is optimal in closed form optimises the collapsed bound
+    (:func:`run_collapsed`); every other fit runs minibatch natural-gradient training,
+    then settles q(u) at the final hyperparameters. ``bound`` is the ELBO of the fitted
+    model on all training rows (None when the user interrupted the fit). ``rows`` is a
+    :class:`.rows.Rows`; Y is in memory.
     """
-    n = rows.n_rows
-    batch = batch_rows(settings, n, model.q_optimal_in_closed_form())
-    x_scale = feature_scale(rows.sample) if x_scale is None else x_scale
-    schedule, adam = make_optimisers(settings, model, x_scale, batch >= n, steps_done)
-    name = settings.name
-    if fits_collapsed(model, rows, batch):
-        history, bound = run_collapsed(settings, model, rows, Y, rng, x_scale)
-        if model.solves_q_in_closed_form():
+    schedule, adam = make_optimisers(settings, model, plan.x_scale, plan.one_batch, steps_done)
+    if plan.collapsed:
+        history, bound = run_collapsed(settings, model, rows, Y, rng, plan.x_scale)
+        if plan.settle == "joint":
             # Several outputs: the joint q at the optimum the search found, and its bound.
-            bound = settle_and_bound(model, rows, Y, rng, schedule, batch)
-        _state_to_host(model)
-        step_tolerance = 0.0
-    else:
-        steps_per_epoch = -(-n // batch)
-        stopping = stopping_rule(settings, steps_per_epoch)
-        history = train(
-            model,
-            None,
-            None,
-            batch_size=batch,
-            max_iter=settings.max_iter,
-            stopping=stopping,
-            schedule=schedule,
-            adam=adam,
-            rng=rng,
-            verbose=settings.verbose,
-            callback=settings.epoch_callback,
-            batches=rows.batches(Y, batch),
-            warmup_steps=warmup_steps(model, schedule, steps_per_epoch),
-            monitor_rows=rows.monitor_rows(Y, MONITOR_ROWS, rng),
-            steps_per_epoch=steps_per_epoch,
+            bound = settle_and_bound(plan, model, rows, Y, rng, schedule)
+        return history, schedule, bound
+    stopping = stopping_rule(settings, plan.steps_per_epoch)
+    history = train(
+        model,
+        None,
+        None,
+        batch_size=plan.batch_rows,
+        max_iter=settings.max_iter,
+        stopping=stopping,
+        schedule=schedule,
+        adam=adam,
+        rng=rng,
+        verbose=settings.verbose,
+        callback=settings.epoch_callback,
+        batches=rows.batches(Y, plan.batch_rows),
+        warmup_steps=warmup_steps(model, schedule, plan.steps_per_epoch),
+        monitor_rows=rows.monitor_rows(Y, MONITOR_ROWS, rng),
+        steps_per_epoch=plan.steps_per_epoch,
+    )
+    if history.interrupted:
+        return history, schedule, None
+    bound = settle_and_bound(plan, model, rows, Y, rng, schedule)
+    if not history.converged:
+        warn(
+            f"{settings.name} stopped at max_iter={settings.max_iter} epochs before converging: "
+            f"{stopping.reason_not_converged()}; increase max_iter (or tol)",
+            ConvergenceWarning,
         )
-        if history.interrupted:
-            warn_interrupted(settings, history)
-            _state_to_host(model)
-            return history, schedule, None
-        bound = settle_and_bound(model, rows, Y, rng, schedule, batch)
-        _state_to_host(model)
-        bound = keep_the_better(model, bound, start)
-        step_tolerance = settings.learning_rate
-        if not history.converged:
-            warn(
-                f"{name} stopped at max_iter={settings.max_iter} epochs before converging: "
-                f"{stopping.reason_not_converged()}; increase max_iter (or tol)",
-                ConvergenceWarning,
-            )
-    report_fit(name, model, step_tolerance)
     return history, schedule, bound
 
 
-def _state_to_host(model):
-    """After a fit on arrays of another library or in float32: the state as float64
-    numpy arrays, so that the fitted estimator pickles and predicts anywhere as a
-    float64 fit does (a no-op for a float64 numpy state)."""
-    inducing = getattr(model.state, "inducing", None)
-    if inducing is not None and not (isinstance(inducing, np.ndarray) and inducing.dtype == np.float64):
-        model.state = state_to(model.state, lambda a: np.array(backend.to_numpy(a), dtype=np.float64))
-
-
-def report_fit(name, model, step_tolerance):
-    """Warnings about the fitted parameters (bounds, jitter against noise)."""
-    if model.learn_hyperparameters:
-        noise = model.noise
-        # Each latent's kernel of a multi-output model, and each output's noise variance.
-        for kernel in model.kernels:
-            warn_at_bounds(name, kernel.to_sklearn(), step_tolerance)
-        if noise is not None and noise.learned:
-            for value in np.ravel(noise.value):
-                warn_noise_at_bounds(name, float(value), tuple(np.exp(noise.log_bounds)), step_tolerance)
-        if "scale" in getattr(model.likelihood, "param_names", ()):
-            warn_scale_at_bounds(name, model.likelihood, step_tolerance)
-    if model.noise is not None:
-        scale = float(np.mean(model.kernel.diag(model.state.inducing)))
-        warn_jitter_above_noise(name, model.jitter * scale, smallest_noise(model))
-
-
-def run_partial_pass(settings, model, rows, Y, stream):
+def run_partial_pass(settings, plan, model, rows, Y, stream):
     """One pass of minibatch steps over ``rows`` (``partial_fit``), continuing ``stream``."""
-    n = rows.n_rows
-    batch = batch_rows(settings, n, collapses=False)
+    batch, steps = plan.batch_rows, plan.steps_per_epoch
     history = train(
         model,
         None,
@@ -598,17 +455,14 @@ def run_partial_pass(settings, model, rows, Y, stream):
         batch_size=batch,
         max_iter=1,
         # One pass whose single period never closes: the rule only counts (no gradient to read).
-        stopping=StoppingRule(0.0, 1, -(-n // batch) + 1, -(-n // batch), max_gradient_snr=None),
+        stopping=StoppingRule(0.0, 1, steps + 1, steps, max_gradient_snr=None),
         schedule=stream.schedule,
         adam=stream.adam,
         rng=stream.rng,
         verbose=settings.verbose,
         batches=rows.batches(Y, batch),
-        warmup_steps=warmup_steps(model, stream.schedule, -(-n // batch)),
+        warmup_steps=warmup_steps(model, stream.schedule, steps),
     )
-    _state_to_host(model)
-    if history.interrupted:
-        warn_interrupted(settings, history)
     return history
 
 

@@ -11,7 +11,7 @@ import sklearn
 #: (an estimator's ``fit`` is reached through scikit-learn's wrappers, and through its
 #: model selection, which runs on joblib, when the user calls ``cross_val_score``).
 _LIBRARIES = tuple(os.path.dirname(os.path.abspath(path)) + os.sep
-                   for path in (os.path.dirname(__file__), sklearn.__file__, joblib.__file__))
+                   for path in (__file__, sklearn.__file__, joblib.__file__))
 
 
 def warn(message, category):

@@ -7,7 +7,8 @@ from sklearn.exceptions import ConvergenceWarning
 
 from ..linalg import JitterWarning
 from ..optim.fullbatch import optimal_q
-from ._warnings import warn
+from .._warnings import warn
+from .jitter import smallest_noise
 
 
 def _near(value, bound, tolerance):
@@ -125,3 +126,20 @@ def warn_q_short_of_optimum(estimator_name, model, reference, X, Y):
         "set in closed form), or raise noise_variance or the lower bound of noise_variance_bounds.",
         ConvergenceWarning,
     )
+
+
+def report_fit(name, model, step_tolerance):
+    """Warnings about the fitted parameters (bounds, jitter against noise)."""
+    if model.learn_hyperparameters:
+        noise = model.noise
+        # Each latent's kernel of a multi-output model, and each output's noise variance.
+        for kernel in model.kernels:
+            warn_at_bounds(name, kernel.to_sklearn(), step_tolerance)
+        if noise is not None and noise.learned:
+            for value in np.ravel(noise.value):
+                warn_noise_at_bounds(name, float(value), tuple(np.exp(noise.log_bounds)), step_tolerance)
+        if "scale" in getattr(model.likelihood, "param_names", ()):
+            warn_scale_at_bounds(name, model.likelihood, step_tolerance)
+    if model.noise is not None:
+        scale = float(np.mean(model.kernel.diag(model.state.inducing)))
+        warn_jitter_above_noise(name, model.jitter * scale, smallest_noise(model))

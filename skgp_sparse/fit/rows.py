@@ -4,20 +4,23 @@ A fit reads its rows through one protocol, :class:`Rows`, whatever holds them: a
 array (:class:`InMemoryRows`), an array of another Array API library on its device or a
 float32 copy (:class:`DeviceRows`), or a Dask array streamed chunk by chunk
 (:class:`DaskRows`; Dask is imported only when a Dask collection arrives).
-:func:`training_rows` validates (X, y) and picks the kind.
+
+The estimator validates (X, y) (scikit-learn's ``validate_data`` sets its
+``n_features_in_``) and builds the kind :func:`.placement.fit_device` says; the
+functions here take the arrays, never the estimator: :func:`host_copies` and
+:func:`device_rows` around the validation of rows fitted on a device,
+:func:`stream_inputs` and :func:`stream_sample` before that of a Dask array's sample.
 """
 
 import abc
-from dataclasses import dataclass
 
 import numpy as np
 from sklearn.utils import check_array
-from sklearn.utils.validation import column_or_1d, validate_data
+from sklearn.utils.validation import column_or_1d
 
 from .. import backend
 from ..inducing import MAX_ROWS
 from ..optim.loop import array_batches
-from ._common import dispatch_namespace, dtype_name, is_dask_collection
 
 
 def random_rows(n_total, n_rows, rng):
@@ -41,6 +44,8 @@ class Rows(abc.ABC):
     converts : bool
         Whether the model's state and the targets must pass through :meth:`to_device`
         to train on these rows (False for float64 numpy rows).
+    dtype : dtype
+        The floating dtype of the arrays the training steps read.
     """
 
     converts = False
@@ -80,6 +85,7 @@ class InMemoryRows(Rows):
         self.X = X
         self.sample = X
         self.n_rows = X.shape[0]
+        self.dtype = X.dtype
 
     def batches(self, Y, batch_size):
         return array_batches(self.X, Y, batch_size)
@@ -259,98 +265,32 @@ class DaskRows(Rows):
         return epoch
 
 
-@dataclass
-class FitDevice:
-    """Where a fit runs when it does not run on float64 numpy: a namespace (numpy
-    itself for a float32 fit on the CPU), a device (None: that of the input arrays or
-    the library's default) and the floating dtype of the training arrays."""
-
-    xp: object
-    device: object
-    dtype: object
+def host_copies(X, y):
+    """(X, y) as numpy arrays, for the checks of ``validate_data`` and the target
+    transformations (numpy code) of a fit on a device; numpy input as it is."""
+    return (backend.to_numpy(X) if backend.is_foreign(X) else X,
+            backend.to_numpy(y) if backend.is_foreign(y) else y)
 
 
-def fit_device(estimator, X):
-    """Where ``estimator`` fits X: None for the float64 numpy path, else a :class:`FitDevice`.
-
-    Arrays of another library under ``array_api_dispatch`` are fitted where they live;
-    ``backend="cupy"`` or ``"torch"`` moves numpy input to that library's GPU (and fails
-    at once, naming what is missing, without one). ``dtype="float32"`` on numpy runs the
-    numpy path on float32 copies of the rows and state (Dask input: None, its chunks are
-    converted as they stream).
-    """
-    xp = dispatch_namespace(X)
-    device = None
-    if estimator.backend != "numpy":
-        if is_dask_collection(X):
-            # Streamed chunks would cross to the GPU one by one; the device path holds the rows.
-            raise NotImplementedError(
-                f"{type(estimator).__name__}: a Dask array streams through backend='numpy' only; "
-                f"compute it into memory for backend={estimator.backend!r}, or use backend='numpy'"
-            )
-        gpu_xp, device = backend.device_namespace(estimator.backend)
-        if xp is not None and backend.library(xp) != estimator.backend:
-            raise ValueError(
-                f"{type(estimator).__name__}: backend={estimator.backend!r} but X is an array of "
-                f"{backend.library(xp)}; pass numpy arrays (moved to the GPU by the fit) or arrays "
-                "of the backend's library"
-            )
-        xp = gpu_xp
-    if xp is None:
-        # Dask input streams in the estimator's dtype (DaskRows).
-        if dtype_name(estimator.dtype) == "float64" or is_dask_collection(X):
-            return None
-        # float32 on the CPU: the numpy path's own code, on float32 copies of the rows.
-        return FitDevice(np, None, np.float32)
-    dtype = getattr(xp, dtype_name(estimator.dtype))
-    return FitDevice(xp, device, dtype)
-
-
-def device_training_rows(estimator, X, y, where, **check_params):
-    """Validate (X, y) for a fit on ``where`` (a :class:`FitDevice`): the rows as
-    :class:`DeviceRows` (X in the device's library, on its device, in its dtype) and
-    y as numpy.
-
-    The checks of ``validate_data`` (and ``n_features_in_``) run on host copies; y is
-    brought to the host because the target transformations (normalisation, layout) are
-    numpy code; the fit sends the finished target array to the device once.
-    """
-    foreign = backend.is_foreign(X)
-    host_X = backend.to_numpy(X) if foreign else X
-    host_y = backend.to_numpy(y) if backend.is_foreign(y) else y
-    host_X, y = validate_data(estimator, host_X, host_y, dtype=np.float64, order="C", **check_params)
+def device_rows(X, host_X, where):
+    """The training rows of a fit on ``where`` (a :class:`.placement.FitDevice`): X in
+    the device's library, on its device, in its dtype, beside ``host_X``, its validated
+    float64 numpy copy. An array already of that library is converted in place of the
+    host copy (no round trip through the host)."""
     xp = where.xp
-    if foreign:
+    if backend.is_foreign(X):
         X = xp.astype(X, where.dtype) if X.dtype != where.dtype else X
     else:
         X = backend.to_namespace(host_X, xp, device=where.device, dtype=where.dtype)
-    return DeviceRows(X, host_X, xp, where.dtype), y
+    return DeviceRows(X, host_X, xp, where.dtype)
 
 
-def training_rows(estimator, X, y, rng, **check_params):
-    """Validate (X, y) for a fit of ``estimator``: the rows as a :class:`Rows`, and y as
-    numpy. Sets ``n_features_in_`` (and ``feature_names_in_``).
+def stream_inputs(X, y, multi_output=False, y_numeric=False):
+    """Dask (X, y) checked for a streamed fit: X as a Dask matrix (see
+    :func:`as_dask_matrix`; other input wrapped as one), y as a validated numpy array.
 
-    Where :func:`fit_device` says the fit runs on a device or in float32, the rows are
-    :class:`DeviceRows`; Dask input streams from its chunks (:class:`DaskRows`, in the
-    estimator's dtype); anything else is validated by scikit-learn into one float64
-    array. ``check_params`` go to ``validate_data`` (``reset``, multi-output, numeric y).
-    """
-    where = fit_device(estimator, X)
-    if where is not None:
-        return device_training_rows(estimator, X, y, where, **check_params)
-    if is_dask_collection(X) or is_dask_collection(y):
-        return dask_training_rows(estimator, X, y, rng, **check_params)
-    X, y = validate_data(estimator, X, y, dtype=np.float64, order="C", **check_params)
-    return InMemoryRows(X), y
-
-
-def dask_training_rows(estimator, X, y, rng, reset=True, multi_output=False, y_numeric=False):
-    """Validate Dask (X, y) for fit: a :class:`DaskRows` and y as a numpy array.
-
-    X stays lazy: only a random sample of at most ``MAX_ROWS`` rows is computed here (to
-    check it, set ``n_features_in_`` and initialise from); NaN or inf elsewhere is
-    reported when its chunk is reached.
+    X stays lazy: NaN or inf in it is reported when its chunk is reached (and in the
+    sample by its validation).
     """
     if not hasattr(X, "__dask_graph__"):
         import dask.array as da
@@ -369,8 +309,14 @@ def dask_training_rows(estimator, X, y, rng, reset=True, multi_output=False, y_n
         raise ValueError(f"Found input variables with inconsistent numbers of samples: [{n}, {y.shape[0]}]")
     if n == 0:
         raise ValueError("Found array with 0 sample(s) (shape=(0, ...)) while a minimum of 1 is required.")
+    return X, y
+
+
+def stream_sample(X, rng):
+    """The row numbers of at most ``MAX_ROWS`` random rows of the Dask matrix X and those
+    rows computed as numpy, to validate and initialise from (:class:`DaskRows`'s
+    ``sample_rows`` and ``sample``)."""
+    n = X.shape[0]
     rows = random_rows(n, MAX_ROWS, rng)
     rows = np.arange(n) if rows is None else rows
-    sample = np.asarray(X[rows].compute())
-    sample = validate_data(estimator, sample, reset=reset, dtype=np.float64)
-    return DaskRows(X, sample, rows, dtype=dtype_name(estimator.dtype)), y
+    return rows, np.asarray(X[rows].compute())

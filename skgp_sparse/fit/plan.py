@@ -1,0 +1,216 @@
+"""The plan of a fit: what it does, decided once from the settings, the model and the rows.
+
+Whether the fit is one batch or a stream of minibatches, the rows of a step, whether
+and on how many rows an exact search starts it, how q(u) is settled after the stream,
+the features' scales, and where the training arrays live, are each decided here, once
+per ``fit`` or ``partial_fit`` call, by :func:`plan_fit` or :func:`plan_pass`. The
+pipeline (:mod:`.pipeline`, :mod:`.training`) and the rows it cuts read the
+:class:`FitPlan` instead of deciding again from the estimator's parameters.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Rows per chunk of :func:`feature_scale`'s second pass.
+SCALE_CHUNK = 65536
+
+#: Rows of the exact search that starts a fresh minibatch fit (see
+#: :func:`.training.search_hyperparameters`): at most this many random rows. Measured
+#: with the default regressor against 1,024 and 4,096 rows (docs/benchmarks.md, "The
+#: exact search that starts a fit").
+SEARCH_ROWS = 2048
+
+#: batch_size="auto": data sets of at most this many rows whose one batch is the search of
+#: the collapsed bound (a Gaussian likelihood) are fitted that way, others in batches of
+#: AUTO_BATCH_SIZE rows. It is the rows of the stream's own exact search (SEARCH_ROWS): up
+#: to there one batch is that search over every row. Measured with the default regressor
+#: on subsets of ggplot2 txhousing, nycflights13 weather, dplyr storms, diamonds and
+#: itsadug simdat (docs/benchmarks.md, "One batch or the stream"): at 2,048 rows one batch
+#: took 0.5 to 0.9 of the stream's time on four sets, as accurate; from 4,096 rows on, once
+#: the stream's search moved the inducing inputs for up to 300 iterations, the stream was
+#: as accurate or more (weather test RMSE 0.2108 against 0.2161 at 4,096 rows) and one
+#: batch took 0.9 to 2.2 times its time. The classifier's one batch is no search, only
+#: full-batch steps, and was no better than the stream on KEEL magic, ring and phoneme
+#: (accuracy 0.4 to 1.1 points lower on ring and phoneme at 4,096 rows, in the same time).
+AUTO_FULL_BATCH_ROWS = 2048
+AUTO_BATCH_SIZE = 1024
+
+
+@dataclass(frozen=True)
+class FitPlan:
+    """What one ``fit`` or ``partial_fit`` call does, decided before it starts.
+
+    Attributes
+    ----------
+    n_rows : int
+        Training rows of this call.
+    batch_rows : int
+        Rows per training step.
+    one_batch : bool
+        Whether every step reads every row (never for a ``partial_fit`` pass).
+    collapsed : bool
+        Whether the fit is the quasi-Newton search of the bound with q(u) optimal (one
+        batch of a model whose q(u) is optimal in closed form), rather than natural and
+        Adam steps.
+    steps_per_epoch : int
+    search : bool
+        Whether an exact search of the hyperparameters on a subset of the rows starts the
+        fit (a fresh fit that learns them and is not itself the collapsed search; not a
+        many-class stream, see :func:`stream_search_pays`).
+    search_rows : int
+        Rows that search reads (and the q(u) check after a fit): at most
+        :data:`SEARCH_ROWS`, all of them on small data.
+    hand_over : bool
+        Whether the stream starts from where the search left the model (a one-batch
+        fit after a search; see :func:`.training.search_hyperparameters`).
+    settle : {"joint", "exact", "damped"} or None
+        How q(u) is brought to the final hyperparameters after training: the joint
+        closed form of several mixed outputs, exact or damped natural steps; None for
+        Adam on q(u).
+    check_q : bool
+        Whether a fresh fit checks that q(u) did not end far short of its optimum (a
+        conjugate likelihood whose q(u) the fit does not set exactly).
+    x_scale : ndarray of shape (n_features,)
+        Each feature's spread: Adam's unit on the inducing inputs and the unit of their
+        search coordinates.
+    converts : bool
+        Whether the model's state and the targets move to the rows' library, device or
+        dtype for training (and the state back to the host after).
+    dtype : numpy or Array API dtype
+        The floating dtype of the training arrays.
+    """
+
+    n_rows: int
+    batch_rows: int
+    one_batch: bool
+    collapsed: bool
+    steps_per_epoch: int
+    search: bool
+    search_rows: int
+    hand_over: bool
+    settle: object
+    check_q: bool
+    x_scale: np.ndarray
+    converts: bool
+    dtype: object
+
+
+def plan_fit(settings, model, rows, weights=None, fresh=True):
+    """The plan of ``fit``: ``settings`` (a :class:`.settings.FitSettings`), the model
+    to train (its target layout set), its :class:`.rows.Rows`, the rows' ``weights``
+    (None: all ones) and whether the fit is ``fresh`` (not a warm start)."""
+    closed_form = model.q_optimal_in_closed_form()
+    batch = batch_rows(settings.batch_size, rows.n_rows, closed_form)
+    one_batch = batch >= rows.n_rows
+    collapsed = one_batch and closed_form
+    search = fresh and starts_with_search(model, one_batch, collapsed)
+    return _plan(model, rows, batch, one_batch, collapsed, search,
+                 hand_over=search and one_batch, check_q=fresh and q_may_fall_short(model),
+                 x_scale=feature_scale(rows.sample, rows.sample_weights(weights)))
+
+
+def plan_pass(settings, model, rows, weights=None, fresh=True, x_scale=None):
+    """The plan of a ``partial_fit`` pass: as :func:`plan_fit`, for one pass of minibatch
+    steps that is never one batch; ``fresh``: the first call of the stream; ``x_scale``:
+    the stream's feature spreads (None: this call starts the stream and takes its rows')."""
+    batch = batch_rows(settings.batch_size, rows.n_rows, collapses=False)
+    search = fresh and starts_with_search(model, False, False, streaming=True)
+    if x_scale is None:
+        x_scale = feature_scale(rows.sample, rows.sample_weights(weights))
+    return _plan(model, rows, batch, False, False, search, hand_over=False, check_q=False, x_scale=x_scale)
+
+
+def _plan(model, rows, batch, one_batch, collapsed, search, hand_over, check_q, x_scale):
+    return FitPlan(
+        n_rows=rows.n_rows, batch_rows=batch, one_batch=one_batch, collapsed=collapsed,
+        steps_per_epoch=-(-rows.n_rows // batch), search=search,
+        search_rows=min(SEARCH_ROWS, rows.sample.shape[0]), hand_over=hand_over,
+        settle=settling(model), check_q=check_q, x_scale=x_scale, converts=rows.converts, dtype=rows.dtype,
+    )
+
+
+def batch_rows(batch_size, n_rows, collapses):
+    """Rows per step for ``n_rows`` training rows (``batch_size``: int, None or "auto");
+    ``collapses``: whether one batch of them would be the search of the collapsed bound
+    (False for ``partial_fit``, whose calls are never one)."""
+    if batch_size is None or (batch_size == "auto" and collapses and n_rows <= AUTO_FULL_BATCH_ROWS):
+        return n_rows
+    size = AUTO_BATCH_SIZE if batch_size == "auto" else batch_size
+    return min(size, n_rows)
+
+
+def starts_with_search(model, one_batch, collapsed, streaming=False):
+    """Whether a fresh fit of ``model`` starts with the exact search of the
+    hyperparameters: it learns them and is not itself a full-batch search of the collapsed
+    bound (``streaming``: the first call of ``partial_fit``, which never is); a minibatch
+    stream starts with it where it pays (:func:`stream_search_pays`)."""
+    if not model.learn_hyperparameters:
+        return False
+    if streaming or not one_batch:
+        return stream_search_pays(model.likelihood)
+    return not collapsed
+
+
+def stream_search_pays(likelihood):
+    """Whether a minibatch stream under ``likelihood`` gains by starting from the exact
+    search: not under a non-conjugate likelihood of several latent functions (the
+    multi-class classifier), whose stream starts from the kernel as given.
+
+    There every evaluation of the search moves the K latents' q(u) by damped natural
+    steps on SEARCH_ROWS rows, so the search costs as much as 45 (letter) to 110
+    (penbased) epochs of a 4,000-row stream, and it did not pay at any point of the fit (measured, default
+    classifier, first 4,000 training rows of KEEL letter, 26 classes, and penbased, 10
+    classes, one thread; docs/benchmarks.md, "The many-class fit without the exact
+    search"). With the search, letter's fit took 256 s for 90.0% (log-loss 0.579), and
+    after 95 s stood at 86.5%; without it 179 s for 90.5% (0.557), 90.2% after 91 s.
+    On penbased the search's long length scales (2 to 10 against the stream's 1.4) left
+    95.4% (0.409) after ten epochs and 87 s, against 99.3% (0.035) in 7 s without it. A
+    search on 512 rows with one q step per evaluation cost 20 s on letter (85.6%
+    after ten more epochs, where the stream alone had 87.5% at the same time) and 14 s
+    on penbased (99.55%, 0.019 after ten more epochs and 21 s; the stream alone 99.45%,
+    0.016 after 20 s): a few test rows for a fifth of the whole fit's time. A search on
+    every row (one batch) is the fit's own hyperparameter optimiser and stays.
+    """
+    return likelihood.conjugate or likelihood.n_latent == 1
+
+
+def settling(model):
+    """How q(u) is settled at the final hyperparameters after minibatch training (see
+    :attr:`FitPlan.settle`)."""
+    if model.solves_q_in_closed_form():
+        return "joint"
+    if model.natural:
+        return "exact" if model.natural_step_is_exact(jointly=False) else "damped"
+    return None
+
+
+def q_may_fall_short(model):
+    """Whether the fitted q(u) can end short of its optimum under a conjugate likelihood:
+    not where the fit settles it by exact natural steps (the coupled basis) or sets the
+    joint q of several outputs in closed form, so that those fits, the defaults among
+    them, pay nothing for the check."""
+    return model.likelihood.conjugate and not (model.natural_step_is_exact() or model.solves_q_in_closed_form())
+
+
+def feature_scale(X, sample_weight=None):
+    """Spread (standard deviation) of each column of X; 1 for a constant column.
+
+    It sets the default kernel's length scales and the size of Adam's steps on the
+    inducing inputs, so that a fit does the same on X and on ``1e6 * X``. With
+    ``sample_weight``, the weighted spread: that of X with each row repeated its weight's
+    number of times.
+    """
+    n = X.shape[0]
+    if n < 2:
+        return np.ones(X.shape[1])
+    w = np.ones(n) if sample_weight is None else sample_weight
+    total = float(w.sum())
+    # Two passes, the second over row chunks: np.std would make two temporaries of X's size.
+    mean = (w @ X) / total
+    sq = np.zeros(X.shape[1])
+    for start in range(0, n, SCALE_CHUNK):
+        rows = slice(start, min(start + SCALE_CHUNK, n))
+        sq += w[rows] @ ((X[rows] - mean) ** 2)
+    scale = np.sqrt(sq / total)
+    return np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
