@@ -122,3 +122,13 @@ def test_no_import_cycle():
     graph = _import_graph()
     assert "skgp_sparse.linalg" in graph["skgp_sparse.bases.coupled"]  # the graph sees imports
     assert _cycles(graph) == []
+
+
+def test_the_fit_imports_nothing_of_the_estimators():
+    """The fit pipeline (skgp_sparse/fit/) sits below the scikit-learn layer: it reads
+    plain values (settings, rows, a model), never an estimator module."""
+    graph = _import_graph()
+    fit_modules = [name for name in graph if name == "skgp_sparse.fit" or name.startswith("skgp_sparse.fit.")]
+    assert "skgp_sparse.fit.pipeline" in fit_modules
+    upward = {(name, m) for name in fit_modules for m in graph[name] if m.startswith("skgp_sparse._estimators")}
+    assert upward == set(), upward
