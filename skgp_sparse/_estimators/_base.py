@@ -42,14 +42,14 @@ from ._common import (
     latent_white_noise,
     resolve_kernel,
 )
+from ..fit.jitter import starting_jitter
 from ..fit.pipeline import run_fit, run_partial_fit
-from ..fit.placement import dispatch_namespace, dtype_name, fit_device, is_dask_collection
+from ..fit.placement import dispatch_namespace, fit_device, is_dask_collection
 from ..fit.plan import feature_scale
 from ..fit.rows import DaskRows, InMemoryRows, device_rows, host_copies, stream_inputs, stream_sample
 from ..fit.settings import FitSettings
-from ._objective import BoundMethods
-from ..fit.jitter import starting_jitter
 from .._warnings import warn
+from ._objective import BoundMethods
 
 #: ``fit`` keeps its training rows (``X_train_``) up to this many, GaussianProcessRegressor's
 #: practical size: a pickle then grows by at most 5,000 rows, and above it a model's size
@@ -256,7 +256,7 @@ class SparseGPBase(BoundMethods, BaseEstimator):
             X, y = stream_inputs(X, y, **checks)
             sample_rows, sample = stream_sample(X, rng)
             sample = validate_data(self, sample, reset=reset, dtype=np.float64)
-            return DaskRows(X, sample, sample_rows, dtype=dtype_name(settings.dtype)), y
+            return DaskRows(X, sample, sample_rows, dtype=settings.dtype), y
         X, y = validate_data(self, X, y, dtype=np.float64, order="C", reset=reset, **checks)
         return InMemoryRows(X), y
 
