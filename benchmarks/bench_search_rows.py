@@ -78,7 +78,7 @@ def fit_once(X, y, Xt, yt, rows, seed, inducing_stage=True, inducing_iterations=
         plan.starts_with_search = lambda *args, **kwargs: False
     else:
         # The search's rows, and the second stage's iterations that scale with them.
-        plan.SEARCH_ROWS = training.SEARCH_ROWS = rows
+        plan.SEARCH_ROWS = rows
     if not inducing_stage:
         training.optimise_collapsed = skip_inducing_stage(original_optimise)
     try:
@@ -90,7 +90,7 @@ def fit_once(X, y, Xt, yt, rows, seed, inducing_stage=True, inducing_iterations=
     finally:
         pipeline.search_hyperparameters, plan.starts_with_search = original_search, original_starts
         training.optimise_collapsed = original_optimise
-        plan.SEARCH_ROWS = training.SEARCH_ROWS = original_rows
+        plan.SEARCH_ROWS = original_rows
         training.SEARCH_INDUCING_MIN_ITER, training.SEARCH_INDUCING_MAX_ITER = original_iterations
     mean, std = reg.predict(Xt, return_std=True)
     return dict(rows=rows, inducing_stage=inducing_stage, inducing_iterations=iterations, seed=seed,

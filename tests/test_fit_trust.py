@@ -562,7 +562,6 @@ def test_the_searchs_second_stage_runs_thirty_passes_of_rows_within_100_and_300_
     monkeypatch.setattr(training, "optimise_collapsed", recording)
     # The search's rows (the plan's) and the rows the second stage's cap counts in.
     monkeypatch.setattr(plan, "SEARCH_ROWS", 256)
-    monkeypatch.setattr(training, "SEARCH_ROWS", 256)
     rng = np.random.default_rng(0)
     X = rng.uniform(-3, 3, (1000, 1))
     y = np.sin(2 * X[:, 0]) + 0.2 * rng.standard_normal(1000)

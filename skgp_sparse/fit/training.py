@@ -19,7 +19,7 @@ from ..optim.fullbatch import optimal_q, optimise_collapsed
 from ..optim.loop import History, hyperparameters, settle_variational
 from ..optim.stopping import MAX_GRADIENT_SNR, StoppingRule
 from .jitter import auto_jitter, smallest_noise
-from .plan import SEARCH_ROWS
+from . import plan as fit_plan
 from .._warnings import warn
 
 #: Minibatch fits average the ELBO estimates over periods of this many steps (one epoch
@@ -186,7 +186,7 @@ def inducing_search_iterations(n_rows):
     """Iterations at most of the search's second stage for a fit to ``n_rows`` rows (the
     model's ``n_data``: of ``partial_fit``, the whole stream's; see
     :data:`SEARCH_PASSES`)."""
-    passes = -(-SEARCH_PASSES * n_rows // SEARCH_ROWS)
+    passes = -(-SEARCH_PASSES * n_rows // fit_plan.SEARCH_ROWS)
     return int(min(max(passes, SEARCH_INDUCING_MIN_ITER), SEARCH_INDUCING_MAX_ITER))
 
 
@@ -289,10 +289,17 @@ def _start_stream_q(model, search, X, Y):
     size one land on q's optimum by themselves (or :meth:`start_q` sets it)."""
     if model.likelihood.conjugate or model.basis.name != search.basis.name or type(model.state) is not type(search.state):
         return
+    _take_search_q(model, search, X, Y, STREAM_HAND_OVER_Q_STEPS)
+
+
+def _take_search_q(model, search, X, Y, max_steps):
+    """Bring the search's q(u) to its optimum on its rows (X, Y) by at most ``max_steps``
+    natural steps, at the model's jitter, and give it to ``model``; returns the bound there."""
     search.jitter = model.jitter
-    optimal_q(search, X, Y, search.natural_step_is_exact(), max_steps=STREAM_HAND_OVER_Q_STEPS)
+    bound = optimal_q(search, X, Y, search.natural_step_is_exact(), max_steps=max_steps)
     model.state = search.state.copy()
     model.jitter = max(model.jitter, search.jitter)
+    return bound
 
 
 #: Damped natural steps at most that bring q(u) to its optimum at the end of the exact
@@ -328,10 +335,7 @@ def _hand_over(model, search, X, Y, every_row):
     # start point's bound is the one log_marginal_likelihood reports there. It is found at
     # the model's jitter (set for the noise the search found), not at the larger one that
     # some trial point of the search may have needed.
-    search.jitter = model.jitter
-    bound = optimal_q(search, X, Y, search.natural_step_is_exact(), max_steps=HAND_OVER_Q_STEPS)
-    model.state = search.state.copy()
-    model.jitter = max(model.jitter, search.jitter)
+    bound = _take_search_q(model, search, X, Y, HAND_OVER_Q_STEPS)
     return StartPoint(float(bound), {name: np.array(value, copy=True) for name, value in
                                      hyperparameters(model).items()}, model.state.copy(), model.jitter)
 
