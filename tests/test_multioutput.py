@@ -23,7 +23,7 @@ from skgp_sparse.bases import BASES
 from skgp_sparse.elbo import VariationalModel
 from skgp_sparse.kernels import compile_kernel
 from skgp_sparse.likelihoods import GaussianLikelihood, OutputGaussianLikelihood, OutputNoise
-from skgp_sparse.multioutput import MixedModel, MixedState
+from skgp_sparse.multioutput import MixedModel, MixedState, collapsed
 from skgp_sparse.multioutput.mixing import initial_mixing
 
 from ._gradcheck import assert_adam_gradients_match
@@ -170,7 +170,11 @@ def test_collapsed_bound_with_inducing_inputs_at_the_rows_is_the_exact_lmc_likel
     np.testing.assert_allclose(model.collapsed_evaluate(X, Y).elbo, exact, rtol=1e-6)
 
 
-def test_collapsed_bound_gradients_match_finite_differences():
+@pytest.mark.parametrize("chunk_entries", [None, 64])
+def test_collapsed_bound_gradients_match_finite_differences(chunk_entries, monkeypatch):
+    # 64 entries: one row a chunk, so the terms summed over chunks are checked too.
+    if chunk_entries is not None:
+        monkeypatch.setattr(collapsed, "CHUNK_ENTRIES", chunk_entries)
     X, Y = _data(n=25)
     model = _model(2, 3, m=5, X=X, random_q=False)
     assert set(model.adam_params()) == {"theta", "log_noise", "mixing", "offset", "inducing"}

@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import backend as be
 from ..bases.toolkit import cross_and_diagonal, factor_kzz
-from ..linalg import (add_to_diagonal, cho_solve, cholesky, diagonal, jittered_cholesky_backward, mm,
+from ..linalg import (add_to_diagonal, cho_solve, cholesky, copy_array, diagonal, jittered_cholesky_backward, mm,
                       solve_triangular, tri_inverse)
 
 
@@ -161,33 +161,44 @@ def _posterior_terms(A, beta, W, t, inv_b, coupled):
     m, n = A[0].shape
     size = n_latent * m
     stops = [size if coupled else (l + 1) * m for l in range(n_latent)]
+    # The nonzero part of each latent's column block of F, copied once: every chunk's U
+    # and spread read it, and BLAS would otherwise be handed a fresh copy of the strided
+    # slice at each of those products (numpy; 2 x L x chunks copies of up to L M x M).
+    columns = [copy_array(inv_b[l * m : stops[l], l * m : (l + 1) * m]) for l in range(n_latent)]
     chunk = max(1, CHUNK_ENTRIES // (n_latent * size))
     squares = W * W
     var_parts, spread_parts, pull = [], [[] for _ in range(n_latent)], 0.0
     for begin in range(0, n, chunk):
         end = min(n, begin + chunk)
         width = end - begin
-        U = xp.stack([_padded(mm(inv_b[l * m : stops[l], l * m : (l + 1) * m], A[l][:, begin:end]), l * m, size)
-                      for l in range(n_latent)])
-        flat_u = xp.reshape(U, (n_latent, size * width))
+        flat_u = _stacked_rows([mm(columns[l], A[l][:, begin:end]) for l in range(n_latent)],
+                               [l * m for l in range(n_latent)], size)
         H = xp.reshape(mm(W, flat_u), (n_out, size, width))
         var_parts.append(t[begin:end, :] @ squares.T + xp.sum(H * H, axis=1).T)
         weighted_h = xp.reshape(H * xp.reshape(beta[begin:end, :].T, (n_out, 1, width)), (n_out, size * width))
         pull = pull + mm(flat_u, weighted_h, trans_b=True)
         G = xp.reshape(mm(W, weighted_h, trans_a=True), (n_latent, size, width))
         for l in range(n_latent):
-            block = inv_b[l * m : stops[l], l * m : (l + 1) * m]
-            spread_parts[l].append(mm(block, G[l, l * m : stops[l], :], trans_a=True))
+            spread_parts[l].append(mm(columns[l], G[l, l * m : stops[l], :], trans_a=True))
     spread = [xp.concat(parts, axis=1) for parts in spread_parts]
     return xp.concat(var_parts, axis=0), spread, pull
 
 
-def _padded(rows, top, size):
-    """``rows`` placed from row ``top`` of a zero array of ``size`` rows."""
-    xp = be.namespace(rows)
-    width = rows.shape[1]
-    zeros = [xp.zeros((k, width), dtype=rows.dtype, device=be.device_of(rows)) for k in (top, size - top - rows.shape[0])]
-    return xp.concat([part for part in (zeros[0], rows, zeros[1]) if part.shape[0] > 0], axis=0)
+def _stacked_rows(parts, tops, size):
+    """The arrays ``parts`` (k_l x w each), each placed from row ``tops[l]`` of a zero
+    array of ``size`` rows, one such array per part, flattened: (len(parts), size * w).
+
+    One concatenation of the flattened pieces, so that each entry is written once (placing
+    the parts in zero arrays and stacking those wrote every entry twice)."""
+    xp = be.namespace(parts[0])
+    width = parts[0].shape[1]
+    pieces = []
+    for part, top in zip(parts, tops):
+        below = size - top - part.shape[0]
+        pieces += [xp.zeros((top * width,), dtype=part.dtype, device=be.device_of(part)),
+                   xp.reshape(part, (-1,)),
+                   xp.zeros((below * width,), dtype=part.dtype, device=be.device_of(part))]
+    return xp.reshape(xp.concat([p for p in pieces if p.shape[0] > 0], axis=0), (len(parts), size * width))
 
 
 def _pairs(n_latent, coupled):
