@@ -32,11 +32,11 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
 from threadpoolctl import threadpool_limits
 
 from _data import init_inducing, load_regression
 from _ours import basis_settings, implemented_bases, installed_versions, time_our_step
+from skgp_sparse.fit.plan import batch_rows
 
 
 @contextmanager
@@ -77,8 +77,8 @@ def fit_phases(X, y, params, epochs, seed):
 def measure(X, y, basis, n_inducing, epochs, n_step_timings, seed):
     params = basis_settings(basis, n_inducing)
     est, seconds = fit_phases(X, y, params, epochs, seed)
-    steps_per_epoch = est.n_steps_ / max(1, est.n_iter_)
-    batch = int(np.ceil(X.shape[0] / steps_per_epoch))
+    # The rows of the fit's steps, as its plan chose them (a minibatch stream here).
+    batch = batch_rows(est.batch_size, X.shape[0], collapses=False)
     Z0 = init_inducing(X, params["n_inducing"] + params["n_orthogonal"], random_state=seed)
     step = time_our_step(X, y, Z0, batch, n_step_timings, seed=seed, **params)
     search = seconds.get("search_hyperparameters", 0.0)

@@ -201,6 +201,23 @@ def test_collapsed_bound_of_independent_outputs_is_the_sum_of_single_output_boun
     np.testing.assert_allclose(model.collapsed_evaluate(X, Y).elbo, total, rtol=1e-10)
 
 
+@pytest.mark.parametrize("chunk_entries", [None, 64])
+def test_collapsed_bound_gradients_of_latents_left_apart_match_finite_differences(chunk_entries, monkeypatch):
+    """W = I, fixed: the bound builds only the diagonal blocks of B and of its inverse
+    factor; its gradients in the kernels, noises and inducing inputs still match."""
+    if chunk_entries is not None:
+        monkeypatch.setattr(collapsed, "CHUNK_ENTRIES", chunk_entries)
+    X, Y = _data(n=25)
+    noise = np.array([0.1, 0.2, 0.15])
+    kernels = _kernels(3)
+    state = MixedState((BASES["coupled"].init_state(X[:5].copy(), 1, 1),) * 3, np.eye(3), mixing_learned=False,
+                       offset=np.zeros(3))
+    model = MixedModel("coupled", kernels, OutputGaussianLikelihood(noise), state, 25,
+                       OutputNoise(noise, (-5.0, 2.0)), jitter=1e-10)
+    assert not model.coupled
+    assert_adam_gradients_match(model, X, Y, collapsed=True, rtol=1e-5, atol=1e-5)
+
+
 def _single_output(kernel, Z, noise, n_data, state=None):
     from skgp_sparse.likelihoods import NoiseParameter
 

@@ -132,12 +132,14 @@ def lmc_collapsed_bound(kernels, kernel_of_column, X, Y, beta, W, Z, jitter, cou
                              np.asarray(be.to_numpy(beta_scaling_bar), dtype=np.float64), used)
 
 
-#: Entries (latents x L M x rows) of each per-chunk array of :func:`_posterior_terms`
-#: (16 MiB in float64): its rows go in chunks so that the search's memory does not grow
-#: with the rows by L^2 M bytes a row. Measured per evaluation of the bound (L = P = 5,
-#: M = 256, two threads) at 2^20, 2^21, 2^22 entries and in one chunk: 1,870 rows 0.445,
-#: 0.395, 0.426, 0.514 s with a traced peak of 169, 214, 304, 507 MiB; 574 rows 0.184,
-#: 0.173, 0.163, 0.153 s.
+#: The rows of a chunk of :func:`_posterior_terms` are CHUNK_ENTRIES / (L^2 M), so that its
+#: memory does not grow with the rows by L^2 M entries a row (each row block's arrays then
+#: hold at most CHUNK_ENTRIES / L entries, 3.2 MiB in float64 at 2^21). Measured per
+#: evaluation of the bound (L = P = 5, M = 256, two threads, when the arrays spanned all L
+#: row blocks) at 2^20, 2^21, 2^22 entries and in one chunk: 1,870 rows 0.445, 0.395,
+#: 0.426, 0.514 s with a traced peak of 169, 214, 304, 507 MiB; 574 rows 0.184, 0.173,
+#: 0.163, 0.153 s. Five times wider chunks with the row blocks: txhousing 0.54 s against
+#: 0.52 s (one thread).
 CHUNK_ENTRIES = 2**21
 
 
@@ -153,52 +155,61 @@ def _posterior_terms(A, beta, W, t, inv_b, coupled):
 
     Written with H, the sums over pairs of latents become two products with W (L inner
     terms) instead of L^2 passes over L M x n arrays. F is lower triangular, so U_l is zero
-    above row l M (and, where the mixing leaves the latents apart, below its own block):
-    the products with F skip those rows. The rows go in chunks of :data:`CHUNK_ENTRIES`.
+    above its row block l (and, where the mixing leaves the latents apart, below it too):
+    the terms go row block by row block, each with only the latents whose U is nonzero
+    there (``_row_block_latents``), so that no zero block is written, mixed or summed. The
+    rows go in chunks of :data:`CHUNK_ENTRIES`.
     """
     xp = be.namespace(W)
     n_out, n_latent = W.shape
     m, n = A[0].shape
-    size = n_latent * m
-    stops = [size if coupled else (l + 1) * m for l in range(n_latent)]
-    # The nonzero part of each latent's column block of F, copied once: every chunk's U
-    # and spread read it, and BLAS would otherwise be handed a fresh copy of the strided
-    # slice at each of those products (numpy; 2 x L x chunks copies of up to L M x M).
-    columns = [copy_array(inv_b[l * m : stops[l], l * m : (l + 1) * m]) for l in range(n_latent)]
-    chunk = max(1, CHUNK_ENTRIES // (n_latent * size))
+    spans = [_row_block_latents(r, coupled) for r in range(n_latent)]
+    # F's nonzero M x M blocks, copied once: every chunk reads each of them twice, and a
+    # strided slice would reach BLAS as a fresh copy at each product (numpy).
+    blocks = {(r, l): copy_array(inv_b[r * m : (r + 1) * m, l * m : (l + 1) * m])
+              for r in range(n_latent) for l in range(*spans[r])}
+    chunk = max(1, CHUNK_ENTRIES // (n_latent * n_latent * m))
     squares = W * W
     var_parts, spread_parts, pull = [], [[] for _ in range(n_latent)], 0.0
     for begin in range(0, n, chunk):
         end = min(n, begin + chunk)
         width = end - begin
-        flat_u = _stacked_rows([mm(columns[l], A[l][:, begin:end]) for l in range(n_latent)],
-                               [l * m for l in range(n_latent)], size)
-        H = xp.reshape(mm(W, flat_u), (n_out, size, width))
-        var_parts.append(t[begin:end, :] @ squares.T + xp.sum(H * H, axis=1).T)
-        weighted_h = xp.reshape(H * xp.reshape(beta[begin:end, :].T, (n_out, 1, width)), (n_out, size * width))
-        pull = pull + mm(flat_u, weighted_h, trans_b=True)
-        G = xp.reshape(mm(W, weighted_h, trans_a=True), (n_latent, size, width))
+        weights = xp.reshape(beta[begin:end, :].T, (n_out, 1, width))
+        var = t[begin:end, :] @ squares.T
+        spread = [None] * n_latent
+        for r, (low, high) in enumerate(spans):
+            # Row block r of U_low .. U_high, flattened: (latents, M * width).
+            V = xp.reshape(xp.stack([mm(blocks[(r, l)], A[l][:, begin:end]) for l in range(low, high)]),
+                           (high - low, m * width))
+            mixing = W[:, low:high]
+            H = xp.reshape(mm(mixing, V), (n_out, m, width))
+            var = var + xp.sum(H * H, axis=1).T
+            weighted_h = xp.reshape(H * weights, (n_out, m * width))
+            pull = pull + _placed_rows(mm(V, weighted_h, trans_b=True), low, n_latent)
+            G = xp.reshape(mm(mixing, weighted_h, trans_a=True), (high - low, m, width))
+            for l in range(low, high):
+                term = mm(blocks[(r, l)], G[l - low, :, :], trans_a=True)
+                spread[l] = term if spread[l] is None else spread[l] + term
+        var_parts.append(var)
         for l in range(n_latent):
-            spread_parts[l].append(mm(columns[l], G[l, l * m : stops[l], :], trans_a=True))
+            spread_parts[l].append(spread[l])
     spread = [xp.concat(parts, axis=1) for parts in spread_parts]
     return xp.concat(var_parts, axis=0), spread, pull
 
 
-def _stacked_rows(parts, tops, size):
-    """The arrays ``parts`` (k_l x w each), each placed from row ``tops[l]`` of a zero
-    array of ``size`` rows, one such array per part, flattened: (len(parts), size * w).
+def _row_block_latents(r, coupled):
+    """The latents l whose U_l = F[:, l] A_l is nonzero in row block r, as the range
+    (low, high): l <= r (F is lower triangular), only r itself where the mixing leaves the
+    latents apart (F is then block diagonal)."""
+    return (0 if coupled else r, r + 1)
 
-    One concatenation of the flattened pieces, so that each entry is written once (placing
-    the parts in zero arrays and stacking those wrote every entry twice)."""
-    xp = be.namespace(parts[0])
-    width = parts[0].shape[1]
-    pieces = []
-    for part, top in zip(parts, tops):
-        below = size - top - part.shape[0]
-        pieces += [xp.zeros((top * width,), dtype=part.dtype, device=be.device_of(part)),
-                   xp.reshape(part, (-1,)),
-                   xp.zeros((below * width,), dtype=part.dtype, device=be.device_of(part))]
-    return xp.reshape(xp.concat([p for p in pieces if p.shape[0] > 0], axis=0), (len(parts), size * width))
+
+def _placed_rows(rows, top, size):
+    """``rows`` (k x c) placed from row ``top`` of a zero array of ``size`` rows."""
+    xp = be.namespace(rows)
+    below = size - top - rows.shape[0]
+    zeros = [xp.zeros((k, rows.shape[1]), dtype=rows.dtype, device=be.device_of(rows)) for k in (top, below)]
+    return xp.concat([part for part in (zeros[0], rows, zeros[1]) if part.shape[0] > 0], axis=0)
 
 
 def _pairs(n_latent, coupled):
