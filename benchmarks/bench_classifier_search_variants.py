@@ -1,0 +1,108 @@
+"""The binary classifier's exact search under variants of its settings, on six KEEL sets
+(issue 35): what each costs and what it gives.
+
+Each fit is ``SparseGPClassifier(n_inducing=256, batch_size=1024, random_state=0)`` in a
+fresh process, one thread, its wall time split into the exact search
+(``fit.training.search_hyperparameters`` as the pipeline calls it) and the minibatch stream
+(``optim.train``). A variant sets module constants of this checkout before the fit:
+
+* ``base``: as they are;
+* ``q1``, ``q2``: one or two damped natural steps on q(u) per evaluation of the search
+  (``optim.fullbatch.INEXACT_Q_STEPS``; 3 by default);
+* ``rows1024``: the search on 1,024 rows (``fit.plan.SEARCH_ROWS``; 2,048 by default).
+
+    python benchmarks/bench_classifier_search_variants.py                          # all
+    python benchmarks/bench_classifier_search_variants.py --sets ring --variants base q1 --split-seed 1
+
+Results: one JSON line per fit on stdout and in ``--out`` (default
+``benchmarks/results/classifier_search_variants.jsonl``, appended to).
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+VARIANTS = {
+    "base": {},
+    "q1": {("optim.fullbatch", "INEXACT_Q_STEPS"): 1},
+    "q2": {("optim.fullbatch", "INEXACT_Q_STEPS"): 2},
+    "rows1024": {("fit.plan", "SEARCH_ROWS"): 1024},
+}
+SETS = ["ring", "twonorm", "spambase", "magic", "banana", "phoneme"]
+
+
+def timed_calls(module, name, seconds):
+    """Wrap ``module.name`` so that its wall time adds up in ``seconds[name]``."""
+    original = getattr(module, name)
+
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
+
+    setattr(module, name, wrapper)
+
+
+def fit_one(name, variant, split_seed):
+    """One fit of the variant on a set, in this process."""
+    import importlib
+
+    import numpy as np
+    from sklearn.metrics import log_loss
+    from threadpoolctl import threadpool_limits
+
+    from _data import load_keel
+    from skgp_sparse import SparseGPClassifier
+    from skgp_sparse.fit import pipeline, training
+
+    for (module, constant), value in VARIANTS[variant].items():
+        setattr(importlib.import_module(f"skgp_sparse.{module}"), constant, value)
+    seconds = {}
+    timed_calls(pipeline, "search_hyperparameters", seconds)
+    timed_calls(training, "train", seconds)
+    X, Xt, y, yt = load_keel(name, random_state=split_seed)
+    clf = SparseGPClassifier(n_inducing=256, batch_size=1024, random_state=0)
+    with threadpool_limits(1), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        start = time.perf_counter()
+        clf.fit(X, y)
+        fit_s = time.perf_counter() - start
+        proba = clf.predict_proba(Xt)
+    return dict(set=name, split=split_seed, variant=variant,
+                acc=float(np.mean(clf.classes_[proba.argmax(axis=1)] == yt)),
+                logloss=float(log_loss(yt, proba, labels=clf.classes_)), fit_s=fit_s,
+                search_s=seconds.get("search_hyperparameters", 0.0), stream_s=seconds.get("train", 0.0),
+                epochs=int(clf.n_iter_))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sets", nargs="+", default=SETS)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--split-seed", type=int, default=0)
+    parser.add_argument("--out", default="benchmarks/results/classifier_search_variants.jsonl")
+    parser.add_argument("--one", nargs=2, metavar=("SET", "VARIANT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(fit_one(*args.one, args.split_seed)))
+        return
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    for name in args.sets:
+        for variant in args.variants:
+            # A fresh process per fit: the constants a variant sets do not leak into the next.
+            run = subprocess.run([sys.executable, __file__, "--one", name, variant, "--split-seed",
+                                  str(args.split_seed)], capture_output=True, text=True, check=True)
+            line = run.stdout.strip().splitlines()[-1]
+            print(line, flush=True)
+            with open(args.out, "a") as out:
+                out.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()
