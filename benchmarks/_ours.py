@@ -7,6 +7,7 @@ and the GPyTorch peer call before reading the clock.
 """
 
 import time
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -234,3 +235,23 @@ def installed_versions(*names):
         except ImportError:
             pass
     return out
+
+
+@contextmanager
+def timed_calls(module, name, seconds):
+    """Within the block, ``module.name`` is wrapped so that its wall time adds up in
+    ``seconds[name]`` (a phase of a fit timed by the function the fit calls)."""
+    original = getattr(module, name)
+
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
+
+    setattr(module, name, wrapper)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)

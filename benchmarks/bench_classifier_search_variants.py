@@ -35,20 +35,6 @@ VARIANTS = {
 SETS = ["ring", "twonorm", "spambase", "magic", "banana", "phoneme"]
 
 
-def timed_calls(module, name, seconds):
-    """Wrap ``module.name`` so that its wall time adds up in ``seconds[name]``."""
-    original = getattr(module, name)
-
-    def wrapper(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
-
-    setattr(module, name, wrapper)
-
-
 def fit_one(name, variant, split_seed):
     """One fit of the variant on a set, in this process."""
     import importlib
@@ -58,17 +44,17 @@ def fit_one(name, variant, split_seed):
     from threadpoolctl import threadpool_limits
 
     from _data import load_keel
+    from _ours import timed_calls
     from skgp_sparse import SparseGPClassifier
     from skgp_sparse.fit import pipeline, training
 
     for (module, constant), value in VARIANTS[variant].items():
         setattr(importlib.import_module(f"skgp_sparse.{module}"), constant, value)
     seconds = {}
-    timed_calls(pipeline, "search_hyperparameters", seconds)
-    timed_calls(training, "train", seconds)
     X, Xt, y, yt = load_keel(name, random_state=split_seed)
     clf = SparseGPClassifier(n_inducing=256, batch_size=1024, random_state=0)
-    with threadpool_limits(1), warnings.catch_warnings():
+    with timed_calls(pipeline, "search_hyperparameters", seconds), timed_calls(training, "train", seconds), \
+            threadpool_limits(1), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         start = time.perf_counter()
         clf.fit(X, y)

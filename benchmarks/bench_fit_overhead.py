@@ -29,33 +29,13 @@ import json
 import platform
 import time
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 
 from threadpoolctl import threadpool_limits
 
 from _data import init_inducing, load_regression
-from _ours import basis_settings, implemented_bases, installed_versions, time_our_step
+from _ours import basis_settings, implemented_bases, installed_versions, time_our_step, timed_calls
 from skgp_sparse.fit.plan import batch_rows
-
-
-@contextmanager
-def timed(module, name, seconds):
-    """Replace ``module.name`` by a wrapper that adds its wall time to ``seconds[name]``."""
-    original = getattr(module, name)
-
-    def wrapper(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
-
-    setattr(module, name, wrapper)
-    try:
-        yield
-    finally:
-        setattr(module, name, original)
 
 
 def fit_phases(X, y, params, epochs, seed):
@@ -65,7 +45,7 @@ def fit_phases(X, y, params, epochs, seed):
 
     est = SparseGPRegressor(max_iter=epochs, tol=0.0, random_state=seed, **params)
     seconds = {}
-    with timed(pipeline, "search_hyperparameters", seconds), timed(training, "train", seconds), \
+    with timed_calls(pipeline, "search_hyperparameters", seconds), timed_calls(training, "train", seconds), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore")
         start = time.perf_counter()
