@@ -15,6 +15,7 @@ import numpy as np
 
 from . import backend
 from .bases import as_basis
+from .linalg import pending_flags
 
 
 class TargetLayout:
@@ -246,7 +247,8 @@ class VariationalModel:
         Y, weights, var, extra = self._split(Y, var)
         ell, d_mean, d_var = self._weighted(weights, *self.likelihood.expected_log_lik(Y, mean, var, **extra))
         d_mean, d_var = _in_float_of(mean, d_mean, d_var)
-        elbo = scale * float(xp.sum(ell)) - self._kl(tape)
+        elbo = _host_float_unless_deferred(scale * xp.sum(ell) - self.basis.kl_divergence(
+            self.kernel, self.state, self.jitter, tape))
         if not need_grad:
             return BatchResult(elbo, {}, None, None, None)
         d_mean = scale * d_mean
@@ -254,18 +256,27 @@ class VariationalModel:
         if need_grad == "natural":
             return BatchResult(elbo, {}, tape, d_mean, d_var)
         theta_bar, field_bars = self.basis.backward(tape, self.state, d_mean, d_var, self.learn_fields)
-        # A host copy in float64 (a few entries), which the noise gradients below update.
-        theta_bar = np.array(backend.to_numpy(theta_bar), dtype=np.float64)
+        # The hyperparameters live on the host: their gradients come back in one transfer.
+        latent_sum = noise_sum = likelihood_sums = 0.0
+        if self.latent_noise is not None:
+            latent_sum = xp.sum(d_var)
+        if self.noise is not None:
+            noise_sum = xp.sum(self._weighted(weights, self.likelihood.d_log_noise(Y, mean, var, **extra))[0])
+        if self._learns_likelihood():
+            per_row = self._weighted(weights, self.likelihood.d_log_params(Y, mean, var))[0]
+            likelihood_sums = xp.sum(per_row, axis=0)
+        theta_bar, latent_sum, noise_sum, likelihood_sums = backend.to_host(
+            theta_bar, latent_sum, noise_sum, likelihood_sums)
+        # A float64 copy (a few entries), which the noise gradients below update.
+        theta_bar = np.array(theta_bar, dtype=np.float64)
         grads = {"theta": theta_bar}
         if self.latent_noise is not None:
             # d var / d log(level) = level for each white term carrying the latent noise.
-            self.latent_noise.scatter_gradient(float(xp.sum(d_var)) * self.latent_noise.value, theta_bar)
+            self.latent_noise.scatter_gradient(float(latent_sum) * self.latent_noise.value, theta_bar)
         if self.noise is not None:
-            per_row = self._weighted(weights, self.likelihood.d_log_noise(Y, mean, var, **extra))[0]
-            self._add_noise_gradient(grads, scale * float(xp.sum(per_row)))
+            self._add_noise_gradient(grads, scale * float(noise_sum))
         if self._learns_likelihood():
-            per_row = self._weighted(weights, self.likelihood.d_log_params(Y, mean, var))[0]
-            grads["likelihood"] = scale * backend.to_numpy(xp.sum(per_row, axis=0))
+            grads["likelihood"] = scale * likelihood_sums
         for field in self.learn_fields:
             grads[field] = field_bars[field]
         return BatchResult(elbo, grads, tape, d_mean, d_var)
@@ -402,6 +413,13 @@ class VariationalModel:
 
     def predictor(self):
         return self.basis.make_predictor(self.kernel, self.state, self.jitter)
+
+
+def _host_float_unless_deferred(value):
+    """``value`` (a 0-d array) as a Python float, or as it is within
+    :func:`skgp_sparse.linalg.deferred_checks`, where the training loop reads a step's
+    ELBO with the status flags of its interval, in one transfer."""
+    return value if pending_flags() is not None else float(value)
 
 
 def _in_float_of(reference, *arrays):

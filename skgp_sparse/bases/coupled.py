@@ -60,6 +60,7 @@ from ..linalg import (
     inverse_cholesky_factor,
     jittered_cholesky_backward,
     mm,
+    pending_flags,
     outer_plus_scaled,
     outer_plus_scaled_difference,
     same_values,
@@ -80,6 +81,19 @@ VARIATIONAL_FIELDS = ("q_mean", "q_sqrt")
 EXACT_NATURAL_STEP = True
 #: ... and on each Gaussian block's optimum given the others (one block here).
 CONJUGATE_NATURAL_STEP = True
+
+
+def _too_ill_conditioned_to_fold(low_k, inv_low, xp):
+    """Whether the bound |L|_F^2 |L^-1|_F^2 on cond(K_zz) exceeds
+    :data:`FOLDED_FORM_MAX_CONDITION`. Within :func:`skgp_sparse.linalg.deferred_checks`
+    the answer is noted rather than read (False: the folded form is kept, and a step
+    that should not have folded is replayed on the careful path)."""
+    too_large = xp.sum(low_k * low_k) * xp.sum(inv_low * inv_low) > FOLDED_FORM_MAX_CONDITION
+    flags = pending_flags()
+    if flags is None:
+        return bool(too_large)
+    flags.note(too_large)
+    return False
 
 
 @dataclass
@@ -144,14 +158,25 @@ class TapeBase:
     the same questions: A v, A^T w, A diag(h) A^T and dF/dK_zx.
     """
 
-    __slots__ = ("low_k", "mean", "back_zz", "back_zx", "back_diag", "jitter", "h_key", "whitened_gram")
+    __slots__ = ("low_k", "mean", "back_zz", "back_zx", "back_diag", "jitter", "h_key", "whitened_gram",
+                 "d_var_key", "h_sum")
+
+    def summed_var_adjoint(self, d_var, n_covariances):
+        """:func:`~skgp_sparse.bases.toolkit.summed_var_adjoint` of ``d_var``, the same
+        array for the same ``d_var``: the backward pass and the natural step of one
+        evaluation then share :meth:`whitened_grams` without comparing values (a read
+        on a device)."""
+        if getattr(self, "d_var_key", None) is not d_var:
+            self.d_var_key, self.h_sum = d_var, summed_var_adjoint(d_var, n_covariances)
+        return self.h_sum
 
     def whitened_grams(self, h_sum):
         """A diag(h_c) A^T per covariance (h summed over the outputs sharing it), cached:
         the O(B M^2) product shared by the backward pass and the natural step."""
-        if self.h_key is None or not same_values(self.h_key, h_sum):
+        if self.h_key is None or not (self.h_key is h_sum or same_values(self.h_key, h_sum)):
             self.whitened_gram = [self._gram(h_sum[:, c]) for c in range(h_sum.shape[1])]
-            self.h_key = copy_array(h_sum)
+            # The array itself: h_sum is a fresh array of the caller's, never written.
+            self.h_key = h_sum
         return self.whitened_gram
 
 
@@ -227,7 +252,7 @@ class FoldedTape(TapeBase):
         cond(K_zz) and the scale of h (the natural step falls back to it)."""
         a = tri_mm(self.inv_low, self.kzx)
         self.whitened_gram = [signed_gram(a, h_sum[:, c]) for c in range(h_sum.shape[1])]
-        self.h_key = copy_array(h_sum)
+        self.h_key = h_sum
         return self.whitened_gram
 
     def kzx_adjoint(self, state, d_mean, h):
@@ -269,7 +294,7 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
     if form == "folded" or (form == "auto" and fold_if_stable):
         inv_low = tri_inverse(low_k)
         # cond(K) <= trace(K) ||K^-1||_2 <= |L|_F^2 |L^-1|_F^2
-        if form == "auto" and float(xp.sum(low_k * low_k) * xp.sum(inv_low * inv_low)) > FOLDED_FORM_MAX_CONDITION:
+        if form == "auto" and _too_ill_conditioned_to_fold(low_k, inv_low, xp):
             inv_low = None
     if inv_low is None:
         tape = WhitenedTape()
@@ -331,7 +356,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
     :meth:`Basis.backward <skgp_sparse.bases.contract.Basis.backward>` (``fields`` of
     ``INDUCING_FIELDS`` and ``VARIATIONAL_FIELDS``).
     """
-    h = summed_var_adjoint(d_var, state.q_sqrt.shape[0])
+    h = tape.summed_var_adjoint(d_var, state.q_sqrt.shape[0])
     a_g, lt_low_bar = prior_factor_adjoint(tape, state, d_mean, h)
     kzx_bar = tape.kzx_adjoint(state, d_mean, h)
     kzz_bar = tape.cholesky_adjoint(lt_low_bar)
@@ -402,7 +427,7 @@ def natural_step(tape, state, d_mean, d_var, step):
     """
     n_out = state.q_mean.shape[1]
     n_cov = state.q_sqrt.shape[0]
-    h_sum = summed_var_adjoint(d_var, n_cov)
+    h_sum = tape.summed_var_adjoint(d_var, n_cov)
     # With a shared covariance the natural gradient of the shared precision averages the
     # outputs' adjoints (the Fisher of the shared block is n_out times one output's).
     outputs_per_cov = n_out if n_cov == 1 else 1

@@ -7,7 +7,7 @@ on its device.
 """
 
 from .. import backend as be
-from ..linalg import gram, jittered_cholesky, mm
+from ..linalg import jittered_cholesky, weighted_gram
 
 
 def blocks(stack):
@@ -37,17 +37,10 @@ def join_output_columns(parts, xp):
 
 
 def signed_gram(a, h):
-    """A diag(h) A^T for A of shape (M, B): one SYRK when h has one sign (always, for
-    a log-concave likelihood), a scaled gram when h is constant (Gaussian noise), a
-    GEMM otherwise."""
-    xp = be.namespace(a, h)
-    if bool(xp.min(h) == xp.max(h)):
-        return h[0] * gram(a)
-    if bool(xp.all(h <= 0)):
-        return -gram(a * xp.sqrt(-h))
-    if bool(xp.all(h >= 0)):
-        return gram(a * xp.sqrt(h))
-    return mm(a * h, a, trans_b=True)
+    """A diag(h) A^T for A of shape (M, B) (:func:`skgp_sparse.linalg.weighted_gram`:
+    on numpy one SYRK when h has one sign, a scaled one when h is constant, a GEMM
+    otherwise; elsewhere one product, with no read of h)."""
+    return weighted_gram(a, h)
 
 
 def cross_and_diagonal(kernel, Z, X, need_grad):

@@ -15,6 +15,7 @@ fusion) sees plain expressions.
 import math
 
 from ..backend import device_of
+from ..linalg import pending_flags
 from ._profiles import EXPSINE, MATERN12, MATERN32, MATERN52, RBF, REFINE_TOL, RQ
 
 __all__ = [
@@ -47,8 +48,13 @@ def _refine(r2, flagged, As, Bs, xp):
     """Recompute the flagged entries of ``r2`` as plain sums of squared differences.
 
     One synchronisation with the host (whether anything is flagged); the rare flagged
-    pairs are gathered by index, so no ``(M, N, D)`` tensor is formed.
+    pairs are gathered by index, so no ``(M, N, D)`` tensor is formed. Within
+    :func:`skgp_sparse.linalg.deferred_checks` (where a gather of data-dependent size
+    would be a read): :func:`_refine_nearest`.
     """
+    flags = pending_flags()
+    if flags is not None:
+        return _refine_nearest(r2, flagged, As, Bs, xp, flags)
     if not bool(xp.any(flagged)):
         return r2
     i, j = xp.nonzero(flagged)
@@ -56,6 +62,33 @@ def _refine(r2, flagged, As, Bs, xp):
     # r2 is a fresh array of the caller's. Boolean-mask assignment visits the entries in the row-major order of nonzero.
     r2[flagged] = xp.sum(d * d, axis=1)
     return r2
+
+
+def _refine_nearest(r2, flagged, As, Bs, xp, flags):
+    """:func:`_refine` in shapes known in advance: each row's and each column's nearest
+    flagged pair is refined, and a flagged pair that is neither is noted in ``flags``.
+
+    Inducing inputs that sit on training rows flag about one pair per row or column,
+    from the first step on; clusters of duplicates on both sides are rare, and the step
+    that meets one is replayed on the careful path. The refined values are those of
+    :func:`_refine` (the same sums of squared differences).
+    """
+    masked = xp.where(flagged, r2, r2 + math.inf)
+    nearest_col = xp.argmin(masked, axis=1)
+    nearest_row = xp.argmin(masked, axis=0)
+    by_row = _squared_differences(As, xp.take(Bs, nearest_col, axis=0), xp)
+    by_col = _squared_differences(xp.take(As, nearest_row, axis=0), Bs, xp)
+    device = device_of(r2)
+    row_hit = flagged & (_row(xp.arange(r2.shape[1], device=device), xp) == _column(nearest_col, xp))
+    col_hit = flagged & (_column(xp.arange(r2.shape[0], device=device), xp) == _row(nearest_row, xp))
+    flags.note(xp.any(flagged & ~(row_hit | col_hit)))
+    return xp.where(row_hit, _column(by_row, xp), xp.where(col_hit, _row(by_col, xp), r2))
+
+
+def _squared_differences(a, b, xp):
+    """Row-wise sums of squared differences of two arrays of one shape."""
+    d = a - b
+    return xp.sum(d * d, axis=1)
 
 
 def sqdist_cross(As, Bs, xp):

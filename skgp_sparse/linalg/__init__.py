@@ -33,6 +33,7 @@ from ._jitter import (
     JitterWarning,
     retry_with_jitter,
 )
+from ._deferred import StatusFlags, deferred_checks, pending_flags
 from ._numpy import potrf
 
 __all__ = [
@@ -41,8 +42,12 @@ __all__ = [
     "FLOAT32_MIN_JITTER",
     "CholeskyError",
     "JitterWarning",
+    "StatusFlags",
+    "deferred_checks",
+    "pending_flags",
     "mm",
     "gram",
+    "weighted_gram",
     "sym_mm",
     "potrf",
     "cholesky",
@@ -69,6 +74,7 @@ __all__ = [
     "column_variances",
     "copy_array",
     "same_values",
+    "all_finite",
     "tril_halved_diagonal",
     "outer_over",
     "add_to_rows",
@@ -130,6 +136,27 @@ def gram(a, trans=False):
     if _on_numpy(a):
         return _numpy.gram(a, trans)
     return _array_api.gram(a, trans)
+
+
+def weighted_gram(a, h):
+    """``a @ diag(h) @ a.T`` for ``a`` of shape (m, k) and ``h`` of shape (k,).
+
+    Parameters
+    ----------
+    a : array of shape (m, k)
+    h : array of shape (k,)
+
+    Returns
+    -------
+    array of shape (m, m), exactly symmetric
+        numpy: one SYRK when ``h`` has one sign (always, for a log-concave likelihood),
+        a scaled SYRK when ``h`` is constant (Gaussian noise), a GEMM otherwise (reading
+        ``h``'s signs costs nothing on the host); other libraries: one ``matmul`` of
+        ``a * h`` with ``a``, mirrored from its lower triangle, with no read of ``h``.
+    """
+    if _on_numpy(a):
+        return _numpy.weighted_gram(a, h)
+    return _array_api.weighted_gram(a, h)
 
 
 def sym_mm(sym, b):
@@ -547,6 +574,25 @@ def copy_array(a):
     if _on_numpy(a):
         return _numpy.copy_array(a)
     return _array_api.copy_array(a)
+
+
+def all_finite(a):
+    """Whether every entry of ``a`` is finite.
+
+    Parameters
+    ----------
+    a : array or Python number
+
+    Returns
+    -------
+    bool
+        For numpy (and numbers) the answer. For another library, one bool read from the
+        device; within :func:`deferred_checks` no read: True, with the contrary noted in
+        the pending :class:`StatusFlags`.
+    """
+    if _on_numpy(a):
+        return bool(np.all(np.isfinite(a)))
+    return _array_api.all_finite(a)
 
 
 def same_values(a, b):
