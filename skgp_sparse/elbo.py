@@ -236,10 +236,12 @@ class VariationalModel:
         Returns
         -------
         BatchResult
+            The gradients of the hyperparameters only when the model learns them.
         """
         # Rows of another Array API library keep the data, the state and the state fields'
-        # gradients there; the ELBO and the noise gradient come back as floats and theta's
-        # gradient as numpy (the compiled kernel keeps its hyperparameters on the host).
+        # gradients there; the ELBO comes back as a float (within
+        # linalg.deferred_checks it stays a 0-d array), and the hyperparameters' gradients
+        # as numpy in one transfer (the compiled kernel keeps its hyperparameters on the host).
         xp = backend.namespace(X)
         scale = self.n_data / X.shape[0]
         mean, var, tape = self._marginals(X, need_grad)
@@ -256,7 +258,16 @@ class VariationalModel:
         if need_grad == "natural":
             return BatchResult(elbo, {}, tape, d_mean, d_var)
         theta_bar, field_bars = self.basis.backward(tape, self.state, d_mean, d_var, self.learn_fields)
-        # The hyperparameters live on the host: their gradients come back in one transfer.
+        grads = self._hyperparameter_grads(theta_bar, Y, mean, var, d_var, weights, extra, scale) \
+            if self.learn_hyperparameters else {}
+        for field in self.learn_fields:
+            grads[field] = field_bars[field]
+        return BatchResult(elbo, grads, tape, d_mean, d_var)
+
+    def _hyperparameter_grads(self, theta_bar, Y, mean, var, d_var, weights, extra, scale):
+        """The gradients of the hyperparameters Adam moves, on the host (where the
+        hyperparameters live), brought back from another library in one transfer."""
+        xp = backend.namespace(mean)
         latent_sum = noise_sum = likelihood_sums = 0.0
         if self.latent_noise is not None:
             latent_sum = xp.sum(d_var)
@@ -277,9 +288,7 @@ class VariationalModel:
             self._add_noise_gradient(grads, scale * float(noise_sum))
         if self._learns_likelihood():
             grads["likelihood"] = scale * likelihood_sums
-        for field in self.learn_fields:
-            grads[field] = field_bars[field]
-        return BatchResult(elbo, grads, tape, d_mean, d_var)
+        return grads
 
     def q_optimal_in_closed_form(self):
         """Whether the bound with q at its optimum on a full batch is reached in one move

@@ -16,6 +16,12 @@ def blocks(stack):
     return [stack[c, ...] for c in range(stack.shape[0])]
 
 
+def stack_blocks(parts, xp):
+    """The matrices ``parts`` as a stack (C, M, M); one matrix becomes a view with a
+    leading axis, not a copy."""
+    return xp.expand_dims(parts[0], axis=0) if len(parts) == 1 else xp.stack(parts)
+
+
 def summed_var_adjoint(d_var, n_covariances):
     """dF/dvar per covariance factor: with one factor shared by every output, the
     outputs' adjoints summed, shape (B, 1); with one factor per output, ``d_var``."""

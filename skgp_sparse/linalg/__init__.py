@@ -283,7 +283,7 @@ def solve_triangular(low, b, trans=False, right=False, *, xp=None):
     return _array_api.solve_triangular(low, b, be.namespace(low, b) if xp is None else xp, trans, right)
 
 
-def tri_mm(low, b, trans=False, right=False, *, xp=None):
+def tri_mm(low, b, trans=False, right=False, *, xp=None, zeros_above=False):
     """Product ``op(low) @ b`` (or ``b @ op(low)`` with ``right``) for a lower triangular
     ``low`` whose strict upper part is ignored.
 
@@ -297,6 +297,10 @@ def tri_mm(low, b, trans=False, right=False, *, xp=None):
         Multiply ``b`` on the right: ``b @ op(low)``.
     xp : namespace, optional
         Namespace of ``low`` and ``b`` (found from them when omitted).
+    zeros_above : bool, default=False
+        The strict upper part of ``low`` is known to hold zeros (a factor from
+        :func:`cholesky` or :func:`jittered_cholesky`, an inverse from :func:`tri_inverse`):
+        other libraries then multiply ``low`` as it is, without a masked copy of it.
 
     Returns
     -------
@@ -306,7 +310,7 @@ def tri_mm(low, b, trans=False, right=False, *, xp=None):
     """
     if _on_numpy(low, xp):
         return _numpy.tri_mm(low, b, trans, right)
-    return _array_api.tri_mm(low, b, be.namespace(low, b) if xp is None else xp, trans, right)
+    return _array_api.tri_mm(low, b, be.namespace(low, b) if xp is None else xp, trans, right, zeros_above)
 
 
 def cho_solve(low, b):
@@ -386,8 +390,8 @@ def cholesky_backward(low, low_bar=None, lt_low_bar=None, inv_low=None):
     lt_low_bar : array of shape (m, m), optional
         ``low.T @ low_bar``, for callers that can form it more cheaply than by a product.
     inv_low : array of shape (m, m), optional
-        ``L^-1``, for callers that hold it: the two triangular solves become two
-        triangular products.
+        ``L^-1`` with zeros above its diagonal (as :func:`tri_inverse` returns it), for
+        callers that hold it: the two triangular solves become two triangular products.
 
     Returns
     -------
@@ -586,12 +590,20 @@ def all_finite(a):
     Returns
     -------
     bool
-        For numpy (and numbers) the answer. For another library, one bool read from the
-        device; within :func:`deferred_checks` no read: True, with the contrary noted in
-        the pending :class:`StatusFlags`.
+        The answer: for numpy (and numbers) at once, for another library by one bool
+        read from the device. Within :func:`deferred_checks`, True, with the contrary
+        noted in the pending :class:`StatusFlags` (and no read).
     """
     if _on_numpy(a):
-        return bool(np.all(np.isfinite(a)))
+        finite = bool(np.all(np.isfinite(a)))
+        flags = pending_flags()
+        if flags is None or finite:
+            return finite
+        # A host value (a hyperparameter's gradient) within a deferred interval: raised
+        # at the interval's check like the device's flags, so that every failure of an
+        # interval is met again by its replay.
+        flags.note(True)
+        return True
     return _array_api.all_finite(a)
 
 

@@ -364,11 +364,11 @@ def _substitute(tri, b, lower, xp):
     return xp.concat([blocks[s] for s in starts], axis=0)
 
 
-def tri_mm(low, b, xp, trans, right):
+def tri_mm(low, b, xp, trans, right, zeros_above=False):
     """``op(low) @ b`` (or ``b @ op(low)``) by ``matmul`` with the lower triangle of
     ``low`` (no library offers TRMM through the standard, and a GEMM on a GPU is as
-    fast)."""
-    tri = xp.tril(low)
+    fast); ``low`` as it is when its upper triangle is known to be zero."""
+    tri = low if zeros_above else xp.tril(low)
     if trans:
         tri = xp.matrix_transpose(tri)
     return b @ tri if right else tri @ b
@@ -405,8 +405,8 @@ def cholesky_backward(low, low_bar, lt_low_bar, inv_low):
         lt_low_bar = tri_mm(low, xp.tril(low_bar), xp, True, False)
     if inv_low is not None:
         mirrored = xp.tril(lt_low_bar) + t(xp.tril(lt_low_bar, k=-1))
-        inner = tri_mm(inv_low, mirrored, xp, True, False)
-        return 0.5 * tri_mm(inv_low, inner, xp, False, True)
+        inner = tri_mm(inv_low, mirrored, xp, True, False, zeros_above=True)
+        return 0.5 * tri_mm(inv_low, inner, xp, False, True, zeros_above=True)
     # Phi: the lower triangle with a halved diagonal.
     lower = xp.tril(lt_low_bar)
     phi = 0.5 * (lower + xp.tril(lt_low_bar, k=-1))

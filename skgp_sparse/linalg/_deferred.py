@@ -32,15 +32,23 @@ class StatusFlags:
 
     def __init__(self):
         self._raised = None
+        self._raised_on_host = False
 
     def note(self, condition):
-        """Record ``condition`` (a 0-d boolean array): True means the careful path was needed."""
-        self._raised = condition if self._raised is None else self._raised | condition
+        """Record ``condition``: True means the careful path was needed. A 0-d boolean
+        array stays on its device; a Python bool (a check of a host value, which costs
+        nothing to read) is kept on the host."""
+        if isinstance(condition, bool):
+            self._raised_on_host = self._raised_on_host or condition
+        else:
+            self._raised = condition if self._raised is None else self._raised | condition
 
     def take(self):
-        """The union of the conditions noted since the last call (None when none was),
-        which starts a new record."""
-        raised, self._raised = self._raised, None
+        """The union of the conditions noted since the last call, which starts a new
+        record: True when one noted on the host was raised (nothing on the device need
+        be read then), else a 0-d boolean array, or None when nothing was noted."""
+        raised = True if self._raised_on_host else self._raised
+        self._raised, self._raised_on_host = None, False
         return raised
 
 

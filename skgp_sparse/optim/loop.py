@@ -219,9 +219,9 @@ class DeferredSteps:
             return False
         pending, self.pending = self.pending, []
         raised = self.flags.take()
-        values = [step[3] for step in pending] + ([] if raised is None else [raised])
-        host = to_host(*values)
-        if raised is not None and bool(host[-1]):
+        on_device = raised is not None and raised is not True
+        host = to_host(*[step[3] for step in pending], *([raised] if on_device else []))
+        if raised is True or (on_device and bool(host[-1])):
             return self._replay(pending, record, epoch)
         converged = False
         for (_, _, warming_up, _, gradient), elbo in zip(pending, host):
@@ -309,7 +309,8 @@ def train(
     ``check_every`` steps, at the end of each stopping period and of each epoch, and a
     raised flag replays the steps since the last check on the careful path, so that
     warnings, back-offs and errors are those of steps checked one at a time. numpy rows
-    check every step at once (their reads cost nothing).
+    check every step at once (their reads cost nothing), and so does every step with
+    ``check_every=None`` (the careful path alone).
 
     A KeyboardInterrupt (Ctrl-C) ends the fit at the last completed step: a step is
     computed in full before any parameter changes, and one interrupted while its new
@@ -332,7 +333,7 @@ def train(
         epoch, epoch_open, converged = history.n_epochs + 1, True, False
         try:
             for xb, yb in batches(rng):
-                if deferred is None and checks_on_device(xb):
+                if deferred is None and check_every is not None and checks_on_device(xb):
                     deferred = DeferredSteps(model, schedule, adam, stopping, check_every)
                 steps_taken = history.n_steps - steps_before + (0 if deferred is None else len(deferred.pending))
                 warming_up = steps_taken < warmup_steps
