@@ -320,6 +320,27 @@ def test_a_singular_kzz_warns_through_the_replay_and_gets_more_jitter(lib, monke
     assert model.jitter == careful.jitter
 
 
+def test_a_failed_factorisation_is_noted_not_raised(lib):
+    """Within deferred checks a factorisation reads nothing: an indefinite matrix (or one
+    with a NaN) raises the flag instead of CholeskyError; a positive definite one does
+    not, and its factor is the careful path's."""
+    from skgp_sparse.linalg import StatusFlags, deferred_checks, jittered_cholesky
+
+    rng = np.random.default_rng(3)
+    root = rng.standard_normal((M, M))
+    definite = root @ root.T + M * np.eye(M)
+    indefinite = definite - 2 * M * np.eye(M)
+    with_nan = definite.copy()
+    with_nan[3, 1] = with_nan[1, 3] = np.nan
+    for matrix, fails in ((definite, False), (indefinite, True), (with_nan, True)):
+        flags = StatusFlags()
+        with deferred_checks(flags):
+            low, _ = jittered_cholesky(lib(matrix), jitter=0.0)
+        assert bool(flags.take()) is fails
+        if not fails:
+            np.testing.assert_allclose(backend.to_numpy(low), np.linalg.cholesky(definite), rtol=1e-12)
+
+
 def test_a_clean_run_equals_the_careful_path(lib):
     deferred, careful = make_model(lib), make_model(lib)
     history = fit(deferred, epoch_batches(lib), epochs=2)
@@ -327,3 +348,53 @@ def test_a_clean_run_equals_the_careful_path(lib):
     np.testing.assert_allclose(history.elbo, reference.elbo, rtol=1e-10)
     for got, want in zip(_state_arrays(deferred), _state_arrays(careful)):
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+# --------------------------------------------------------------------------------------
+# the refinement of near-coincident pairs in shapes known in advance
+# --------------------------------------------------------------------------------------
+def _points_on_each_other(lib):
+    """Inducing inputs of which some sit on rows of the batch (each pair alone)."""
+    rng = np.random.default_rng(2)
+    A = rng.uniform(-2.0, 2.0, size=(M, D))
+    Bm = rng.uniform(-2.0, 2.0, size=(B, D))
+    Bm[[3, 40, 77]] = A[[5, 0, 11]]
+    return A, Bm
+
+
+def _squared_distances(lib, A, Bm, deferred):
+    """``sqdist_cross`` and ``sqdist_gram`` of the kernels' Array API path, with the
+    checks deferred or not, and the flags raised (None when not deferred)."""
+    from skgp_sparse.kernels import _array_api as kernel_xp
+    from skgp_sparse.linalg import StatusFlags, deferred_checks
+
+    a, b = lib(A), lib(Bm)
+    xp = backend.namespace(a)
+    flags = StatusFlags()
+    with deferred_checks(flags) if deferred else contextlib.nullcontext():
+        cross = kernel_xp.sqdist_cross(a, b, xp)
+        gram = kernel_xp.sqdist_gram(xp.concat([a, b], axis=0), xp)
+    raised = flags.take()
+    return backend.to_numpy(cross), backend.to_numpy(gram), None if raised is None else bool(raised)
+
+
+def test_the_devices_refinement_equals_the_careful_one(lib):
+    """Each pair of points on each other is the nearest of its row: refined on the device
+    to the careful path's values exactly, with no flag raised."""
+    A, Bm = _points_on_each_other(lib)
+    cross, gram, _ = _squared_distances(lib, A, Bm, deferred=False)
+    cross_d, gram_d, raised = _squared_distances(lib, A, Bm, deferred=True)
+    assert raised is False
+    np.testing.assert_array_equal(cross_d, cross)
+    np.testing.assert_array_equal(gram_d, gram)
+    assert cross[5, 3] == 0.0 and cross[0, 40] == 0.0
+
+
+def test_a_cluster_of_coincident_points_raises_the_flag(lib):
+    """Two inducing inputs on two rows, all four at one point: a pair that is the nearest
+    of neither its row nor its column is left to the careful path (the flag)."""
+    A, Bm = _points_on_each_other(lib)
+    A[1] = A[0]
+    Bm[41] = A[0]
+    _, _, raised = _squared_distances(lib, A, Bm, deferred=True)
+    assert raised is True
