@@ -43,7 +43,7 @@ from .toolkit import (
     output_columns,
     signed_gram,
     stack_blocks,
-    summed_var_adjoint,
+    tape_var_adjoint,
 )
 from .. import backend as be
 from ..linalg import (
@@ -161,15 +161,6 @@ class TapeBase:
 
     __slots__ = ("low_k", "mean", "back_zz", "back_zx", "back_diag", "jitter", "h_key", "whitened_gram",
                  "d_var_key", "h_sum")
-
-    def summed_var_adjoint(self, d_var, n_covariances):
-        """:func:`~skgp_sparse.bases.toolkit.summed_var_adjoint` of ``d_var``, the same
-        array for the same ``d_var``: the backward pass and the natural step of one
-        evaluation then share :meth:`whitened_grams` without comparing values (a read
-        on a device)."""
-        if getattr(self, "d_var_key", None) is not d_var:
-            self.d_var_key, self.h_sum = d_var, summed_var_adjoint(d_var, n_covariances)
-        return self.h_sum
 
     def whitened_grams(self, h_sum):
         """A diag(h_c) A^T per covariance (h summed over the outputs sharing it), cached:
@@ -361,7 +352,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
     :meth:`Basis.backward <skgp_sparse.bases.contract.Basis.backward>` (``fields`` of
     ``INDUCING_FIELDS`` and ``VARIATIONAL_FIELDS``).
     """
-    h = tape.summed_var_adjoint(d_var, state.q_sqrt.shape[0])
+    h = tape_var_adjoint(tape, d_var, state.q_sqrt.shape[0])
     a_g, lt_low_bar = prior_factor_adjoint(tape, state, d_mean, h)
     kzx_bar = tape.kzx_adjoint(state, d_mean, h)
     kzz_bar = tape.cholesky_adjoint(lt_low_bar)
@@ -432,7 +423,7 @@ def natural_step(tape, state, d_mean, d_var, step):
     """
     n_out = state.q_mean.shape[1]
     n_cov = state.q_sqrt.shape[0]
-    h_sum = tape.summed_var_adjoint(d_var, n_cov)
+    h_sum = tape_var_adjoint(tape, d_var, n_cov)
     # With a shared covariance the natural gradient of the shared precision averages the
     # outputs' adjoints (the Fisher of the shared block is n_out times one output's).
     outputs_per_cov = n_out if n_cov == 1 else 1

@@ -30,6 +30,16 @@ def summed_var_adjoint(d_var, n_covariances):
     return be.namespace(d_var).sum(d_var, axis=1, keepdims=True)
 
 
+def tape_var_adjoint(tape, d_var, n_covariances):
+    """:func:`summed_var_adjoint` of ``d_var``, kept on ``tape`` (its ``d_var_key`` and
+    ``h_sum``): the same array for the same ``d_var``, so that the backward pass and the
+    natural step of one evaluation share the tape's caches keyed on it by identity,
+    without comparing values (a read on a device)."""
+    if getattr(tape, "d_var_key", None) is not d_var:
+        tape.d_var_key, tape.h_sum = d_var, summed_var_adjoint(d_var, n_covariances)
+    return tape.h_sum
+
+
 def output_columns(n_covariances, c):
     """The outputs (columns of a (M, P) mean) that covariance ``c`` serves, as a slice:
     all of them when one covariance is shared, else output ``c`` alone."""
