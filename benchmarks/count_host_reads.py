@@ -11,7 +11,10 @@ host data to the device:
   ``Tensor.numpy`` (a whole array back to the host);
 * copies from host data: ``aten.lift_fresh`` / ``lift_fresh_copy`` (``torch.tensor(...)``
   or ``asarray`` of host values);
-* boolean assignments: ``aten.index_put_`` with a boolean mask (a data-dependent scatter).
+* boolean assignments: ``aten.index_put_`` with a boolean mask (a data-dependent scatter);
+
+and, beside them, the M x M arrays a step makes (operations whose output's last two axes
+are the fit's (M, M), views excepted): each is a launch and a pass over M^2 entries.
 
 On a CPU these are free; on a GPU each read is a stream synchronisation and each copy a
 pageable transfer, which is why they are counted.
@@ -19,7 +22,8 @@ pageable transfer, which is why they are counted.
     OMP_NUM_THREADS=1 python benchmarks/count_host_reads.py            # 60,000 rows, 3 epochs
     OMP_NUM_THREADS=1 python benchmarks/count_host_reads.py --rows 6000 --epochs 1 --where
 
-Prints one JSON object: steps, counts per kind, and the total per step.
+Prints one JSON object: steps, counts per kind, the total per step, and the M x M arrays
+a step.
 """
 
 import argparse
@@ -56,11 +60,13 @@ class HostTraffic(TorchDispatchMode):
     """Counts reads, copies from host data and boolean assignments (with their place
     in skgp_sparse when ``where``)."""
 
-    def __init__(self, where=False):
+    def __init__(self, where=False, m=None):
         super().__init__()
         self.counts = collections.Counter()
         self.places = collections.Counter()
         self.where = where
+        self.m = m
+        self.mm_arrays = 0
 
     def _count(self, kind):
         self.counts[kind] += 1
@@ -76,7 +82,10 @@ class HostTraffic(TorchDispatchMode):
         elif name.startswith("aten.index_put") and any(
                 isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or ())):
             self._count("boolean assignments")
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor) and tuple(out.shape[-2:]) == (self.m, self.m) and not func.is_view:
+            self.mm_arrays += 1
+        return out
 
 
 class NumpyCalls(TorchFunctionMode):
@@ -106,7 +115,8 @@ def main():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(args.rows, args.features))
     y = np.sin(X.sum(axis=1)) + 0.1 * rng.normal(size=args.rows)
-    traffic = HostTraffic(args.where)
+    estimator = SparseGPRegressor(max_iter=args.epochs, random_state=0)
+    traffic = HostTraffic(args.where, m=estimator.n_inducing)
     runs = []
     original_train = training.train
 
@@ -120,14 +130,15 @@ def main():
     try:
         with sklearn.config_context(array_api_dispatch=True), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            SparseGPRegressor(max_iter=args.epochs, random_state=0).fit(torch.from_numpy(X), torch.from_numpy(y))
+            estimator.fit(torch.from_numpy(X), torch.from_numpy(y))
     finally:
         training.train = original_train
     steps = sum(runs)
     out = {"skgp_sparse": sys.modules["skgp_sparse"].__file__, "rows": args.rows, "epochs": args.epochs,
            "steps": steps, "counts": dict(traffic.counts),
            "per_step": {k: round(v / steps, 3) for k, v in traffic.counts.items()},
-           "total_per_step": round(sum(traffic.counts.values()) / steps, 3)}
+           "total_per_step": round(sum(traffic.counts.values()) / steps, 3),
+           "n_inducing": estimator.n_inducing, "mm_arrays_per_step": round(traffic.mm_arrays / steps, 1)}
     if args.where:
         out["places_per_step"] = {f"{kind} {place}": round(c / steps, 3)
                                   for (kind, place), c in traffic.places.most_common()}
