@@ -230,13 +230,15 @@ class VariationalModel:
         Y : ndarray of shape (B, T)
             Targets as the likelihood takes them: T = P columns for P Gaussian outputs, one
             column of class indices for K latent functions.
-        need_grad : bool or "natural"
-            "natural": only what :meth:`natural_step` needs (no gradients).
+        need_grad : bool, "natural" or "adam"
+            "natural": only what :meth:`natural_step` needs (no gradients). "adam": the
+            gradients of what Adam moves (:meth:`adam_params`) only, so that a training
+            step of a model that does not learn its hyperparameters does not bring their
+            gradients back from a device. True: every gradient.
 
         Returns
         -------
         BatchResult
-            The gradients of the hyperparameters only when the model learns them.
         """
         # Rows of another Array API library keep the data, the state and the state fields'
         # gradients there; the ELBO comes back as a float (within
@@ -249,8 +251,7 @@ class VariationalModel:
         Y, weights, var, extra = self._split(Y, var)
         ell, d_mean, d_var = self._weighted(weights, *self.likelihood.expected_log_lik(Y, mean, var, **extra))
         d_mean, d_var = _in_float_of(mean, d_mean, d_var)
-        elbo = _host_float_unless_deferred(scale * xp.sum(ell) - self.basis.kl_divergence(
-            self.kernel, self.state, self.jitter, tape))
+        elbo = _elbo_estimate(scale, xp.sum(ell), self.basis.kl_divergence(self.kernel, self.state, self.jitter, tape))
         if not need_grad:
             return BatchResult(elbo, {}, None, None, None)
         d_mean = scale * d_mean
@@ -258,8 +259,9 @@ class VariationalModel:
         if need_grad == "natural":
             return BatchResult(elbo, {}, tape, d_mean, d_var)
         theta_bar, field_bars = self.basis.backward(tape, self.state, d_mean, d_var, self.learn_fields)
+        wants_hyperparameters = need_grad != "adam" or self.learn_hyperparameters
         grads = self._hyperparameter_grads(theta_bar, Y, mean, var, d_var, weights, extra, scale) \
-            if self.learn_hyperparameters else {}
+            if wants_hyperparameters else {}
         for field in self.learn_fields:
             grads[field] = field_bars[field]
         return BatchResult(elbo, grads, tape, d_mean, d_var)
@@ -424,11 +426,17 @@ class VariationalModel:
         return self.basis.make_predictor(self.kernel, self.state, self.jitter)
 
 
-def _host_float_unless_deferred(value):
-    """``value`` (a 0-d array) as a Python float, or as it is within
-    :func:`skgp_sparse.linalg.deferred_checks`, where the training loop reads a step's
-    ELBO with the status flags of its interval, in one transfer."""
-    return value if pending_flags() is not None else float(value)
+def _elbo_estimate(scale, ell_sum, kl):
+    """``scale * ell_sum - kl`` as a Python float, from 0-d arrays (or numbers) in
+    double precision; within :func:`skgp_sparse.linalg.deferred_checks` a 0-d array in
+    the widest float of its device, which the training loop reads with the status flags
+    of its interval, in one transfer."""
+    if pending_flags() is None:
+        return scale * float(ell_sum) - float(kl)
+    xp = backend.namespace(ell_sum)
+    wide = backend.widest_float(xp, backend.device_of(ell_sum))
+    # A basis may answer its KL as a Python number (contract.Basis.kl_divergence).
+    return scale * xp.astype(ell_sum, wide) - (kl if isinstance(kl, (int, float)) else xp.astype(kl, wide))
 
 
 def _in_float_of(reference, *arrays):

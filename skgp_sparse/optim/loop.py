@@ -114,7 +114,7 @@ def take_step(model, xb, yb, schedule, adam, warming_up, epoch):
     NonFiniteELBOError
         When the ELBO or a gradient is not finite (naming ``epoch``).
     """
-    result = model.evaluate(xb, yb)
+    result = model.evaluate(xb, yb, need_grad="adam")
     _check_finite(result, epoch)
     new_state, _ = schedule.apply(lambda size: model.natural_step(result, size))
     new_params = bounds = None
