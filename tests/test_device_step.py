@@ -320,6 +320,23 @@ def test_a_singular_kzz_warns_through_the_replay_and_gets_more_jitter(lib, monke
     assert model.jitter == careful.jitter
 
 
+def test_a_persistent_condition_backs_off_to_the_careful_path(lib, monkeypatch):
+    """K(Z, Z) under a long length scale stays too ill-conditioned to fold: every deferred
+    interval raises its flag. After each replay the loop runs on the careful path for a
+    doubling span, so that 36 steps (intervals of at most 5) cost three replays, not one
+    per interval, and the fit is the careful path's."""
+    packed = PackedReads(monkeypatch)
+    model = make_model(lib, length_scale=1000.0, jitter=0.0)
+    careful = make_model(lib, length_scale=1000.0, jitter=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", JitterWarning)
+        fit(model, epoch_batches(lib, epochs=6), epochs=6)
+        fit(careful, epoch_batches(lib, epochs=6), epochs=6, check_every=None)
+    assert 1 <= packed.replays <= 3
+    for got, want in zip(_state_arrays(model), _state_arrays(careful)):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
 def test_a_failed_factorisation_is_noted_not_raised(lib):
     """Within deferred checks a factorisation reads nothing: an indefinite matrix (or one
     with a NaN) raises the flag instead of CholeskyError; a positive definite one does

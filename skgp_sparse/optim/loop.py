@@ -71,6 +71,12 @@ def array_batches(X, Y, batch_size):
 #: steps on the careful path. Checks also fall at the end of each stopping period and of
 #: each epoch, whose figures they read.
 CHECK_EVERY = 10
+#: After a replay, the next steps run on the careful path at once, as many as the steps
+#: replayed and doubling with each replay in a row, up to this many; a clean interval
+#: starts over. A condition that persists (a K(Z, Z) too ill-conditioned to fold, a cluster
+#: of coincident points) then costs what it costs on the careful path, not each interval
+#: twice.
+MAX_CAREFUL_STEPS = 640
 
 
 def _snapshot(model):
@@ -175,7 +181,9 @@ class DeferredSteps:
     recorded as they were taken; otherwise the model goes back to the checkpoint made at
     the last check and the interval's minibatches are replayed on the careful path,
     which warns, adds jitter, halves natural steps or raises NonFiniteELBOError (naming
-    the epoch) exactly where the steps taken one at a time would have.
+    the epoch) exactly where the steps taken one at a time would have. The steps after a
+    replay run on the careful path for a while (:meth:`take_carefully`), so that a
+    condition that persists is not paid for twice in every interval.
 
     Parameters
     ----------
@@ -193,6 +201,16 @@ class DeferredSteps:
         self.checkpoint = None
         #: Intervals replayed on the careful path after a raised flag.
         self.n_replays = 0
+        self.careful_span = 0
+        self.careful_left = 0
+
+    def take_carefully(self):
+        """Whether the next step runs on the careful path at once (the backing off after a
+        replay, see :data:`MAX_CAREFUL_STEPS`); counts it when it does."""
+        if self.careful_left <= 0:
+            return False
+        self.careful_left -= 1
+        return True
 
     def take(self, xb, yb, warming_up, epoch):
         """Take one step with its checks deferred; True when the interval is full (the
@@ -227,6 +245,7 @@ class DeferredSteps:
         for (_, _, warming_up, _, gradient), elbo in zip(pending, host):
             converged = record.step(float(elbo), gradient, warming_up)
         self.checkpoint = None
+        self.careful_span = 0
         return converged
 
     def discard(self):
@@ -241,6 +260,8 @@ class DeferredSteps:
         self.n_replays += 1
         self._restore(self.checkpoint)
         self.checkpoint = None
+        self.careful_span = min(2 * self.careful_span or len(pending), MAX_CAREFUL_STEPS)
+        self.careful_left = self.careful_span
         converged = False
         for xb, yb, warming_up, _, _ in pending:
             result, new_params, bounds = take_step(self.model, xb, yb, self.schedule, self.adam, warming_up, epoch)
@@ -253,12 +274,17 @@ class DeferredSteps:
         parameters and jitter, and the optimisers' counters and moments."""
         model = self.model
         return (model.state.copy(), {name: copy_array(v) for name, v in model.adam_params().items()},
+                [kernel.saved_hyperparameters() for kernel in model.kernels],
                 model.jitter, _attributes(self.schedule), _attributes(self.adam))
 
     def _restore(self, checkpoint):
-        state, params, jitter, schedule, adam = checkpoint
+        state, params, kernels, jitter, schedule, adam = checkpoint
+        # The kernels' own values (theta's would come back through exp(log v), not always
+        # to the last bit), then everything else Adam moves, which syncs the noise.
+        for kernel, saved in zip(self.model.kernels, kernels):
+            kernel.restore_hyperparameters(saved)
         self.model.state = state
-        self.model.set_adam_params(params)
+        self.model.set_adam_params({name: value for name, value in params.items() if name != "theta"})
         self.model.jitter = jitter
         vars(self.schedule).update(_attributes_of(schedule))
         vars(self.adam).update(_attributes_of(adam))
@@ -337,7 +363,7 @@ def train(
                     deferred = DeferredSteps(model, schedule, adam, stopping, check_every)
                 steps_taken = history.n_steps - steps_before + (0 if deferred is None else len(deferred.pending))
                 warming_up = steps_taken < warmup_steps
-                if deferred is None:
+                if deferred is None or deferred.take_carefully():
                     result, new_params, bounds = take_step(model, xb, yb, schedule, adam, warming_up, epoch)
                     gradient = _step_gradient(stopping, model, new_params, bounds, result)
                     converged = record.step(result.elbo, gradient, warming_up)
