@@ -50,11 +50,11 @@ def _refine(r2, flagged, As, Bs, xp):
     One synchronisation with the host (whether anything is flagged); the rare flagged
     pairs are gathered by index, so no ``(M, N, D)`` tensor is formed. Within
     :func:`skgp_sparse.linalg.deferred_checks` (where a gather of data-dependent size
-    would be a read): :func:`_refine_nearest`.
+    would be a read): :func:`_refine_in_fixed_shapes`.
     """
     flags = pending_flags()
     if flags is not None:
-        return _refine_nearest(r2, flagged, As, Bs, xp, flags)
+        return _refine_in_fixed_shapes(r2, flagged, As, Bs, xp, flags)
     if not bool(xp.any(flagged)):
         return r2
     i, j = xp.nonzero(flagged)
@@ -64,7 +64,7 @@ def _refine(r2, flagged, As, Bs, xp):
     return r2
 
 
-def _refine_nearest(r2, flagged, As, Bs, xp, flags):
+def _refine_in_fixed_shapes(r2, flagged, As, Bs, xp, flags):
     """:func:`_refine` in shapes known in advance: in each row the last flagged pair is
     refined, and in each column the last flagged pair; a flagged pair that is neither is
     noted in ``flags``.
