@@ -21,6 +21,7 @@ pageable transfer, which is why they are counted.
 
     OMP_NUM_THREADS=1 python benchmarks/count_host_reads.py            # 60,000 rows, 3 epochs
     OMP_NUM_THREADS=1 python benchmarks/count_host_reads.py --rows 6000 --epochs 1 --where
+    OMP_NUM_THREADS=1 python benchmarks/count_host_reads.py --time-only   # the loop's time per step
 
 Prints one JSON object: steps, counts per kind, the total per step, and the M x M arrays
 a step.
@@ -31,6 +32,7 @@ import collections
 import json
 import os
 import sys
+import time
 import traceback
 import warnings
 
@@ -107,8 +109,11 @@ def main():
     parser.add_argument("--features", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--where", action="store_true", help="also list where each one happens")
+    parser.add_argument("--time-only", action="store_true",
+                        help="count nothing: time the training loop (ms per step, torch on one thread)")
     args = parser.parse_args()
 
+    torch.set_num_threads(1)
     from skgp_sparse import SparseGPRegressor
     from skgp_sparse.fit import training
 
@@ -120,9 +125,16 @@ def main():
     runs = []
     original_train = training.train
 
+    seconds = []
+
     def counted_train(*a, **k):
-        with traffic, NumpyCalls(traffic):
+        if args.time_only:
+            start = time.perf_counter()
             history = original_train(*a, **k)
+            seconds.append(time.perf_counter() - start)
+        else:
+            with traffic, NumpyCalls(traffic):
+                history = original_train(*a, **k)
         runs.append(history.n_steps)
         return history
 
@@ -134,6 +146,10 @@ def main():
     finally:
         training.train = original_train
     steps = sum(runs)
+    if args.time_only:
+        print(json.dumps({"skgp_sparse": sys.modules["skgp_sparse"].__file__, "steps": steps,
+                          "ms_per_step": round(1000 * sum(seconds) / steps, 1)}))
+        return
     out = {"skgp_sparse": sys.modules["skgp_sparse"].__file__, "rows": args.rows, "epochs": args.epochs,
            "steps": steps, "counts": dict(traffic.counts),
            "per_step": {k: round(v / steps, 3) for k, v in traffic.counts.items()},
