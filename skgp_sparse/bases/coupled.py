@@ -84,12 +84,18 @@ EXACT_NATURAL_STEP = True
 CONJUGATE_NATURAL_STEP = True
 
 
-def _too_ill_conditioned_to_fold(low_k, inv_low, xp):
-    """Whether the bound |L|_F^2 |L^-1|_F^2 on cond(K_zz) exceeds
-    :data:`FOLDED_FORM_MAX_CONDITION`. Within :func:`skgp_sparse.linalg.deferred_checks`
-    the answer is noted rather than read (False: the folded form is kept, and a step
-    that should not have folded is replayed on the careful path)."""
-    too_large = xp.sum(low_k * low_k) * xp.sum(inv_low * inv_low) > FOLDED_FORM_MAX_CONDITION
+def condition_bound(low, inv_low, xp):
+    """|L|_F^2 |L^-1|_F^2 (``inv_low`` = L^-1), a 0-d array: an upper bound on cond(L L^T),
+    since cond(K) <= trace(K) ||K^-1||_2."""
+    return xp.sum(low * low) * xp.sum(inv_low * inv_low)
+
+
+def too_ill_conditioned_to_fold(low_k, inv_low, xp):
+    """Whether :func:`condition_bound` exceeds :data:`FOLDED_FORM_MAX_CONDITION`. Within
+    :func:`skgp_sparse.linalg.deferred_checks` the answer is noted rather than read
+    (False: the folded form is kept, and a step that should not have folded is replayed
+    on the careful path)."""
+    too_large = condition_bound(low_k, inv_low, xp) > FOLDED_FORM_MAX_CONDITION
     flags = pending_flags()
     if flags is None:
         return bool(too_large)
@@ -288,7 +294,7 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
     if form == "folded" or (form == "auto" and fold_if_stable):
         inv_low = tri_inverse(low_k)
         # cond(K) <= trace(K) ||K^-1||_2 <= |L|_F^2 |L^-1|_F^2
-        if form == "auto" and _too_ill_conditioned_to_fold(low_k, inv_low, xp):
+        if form == "auto" and too_ill_conditioned_to_fold(low_k, inv_low, xp):
             inv_low = None
     if inv_low is None:
         tape = WhitenedTape()
