@@ -34,7 +34,7 @@ from skgp_sparse.optim import Adam, NaturalStepSchedule, loop
 from skgp_sparse.optim.loop import NonFiniteELBOError, train
 from skgp_sparse.optim.stopping import StoppingRule
 
-from ._array_libs import Lib
+from ._array_libs import Lib, StrictArray
 
 #: Rows, features, inducing inputs, rows of a step: M differs from every other size, so
 #: that an (M, M) array is one of the step's M x M matrices.
@@ -117,12 +117,12 @@ class PackedReads:
         self.from_steps = self.from_checks = 0
         self.steps = 0
         self.checks = 0
-        self.replays = 0
+        self.deferred = []
         self._patch(monkeypatch)
 
     def _patch(self, monkeypatch):
         to_host, take_step = backend.to_host, loop.take_step
-        check, replay = loop.DeferredSteps.check, loop.DeferredSteps._replay
+        watch = self
 
         def packed(*values):
             if self.armed:
@@ -141,23 +141,30 @@ class PackedReads:
             self.steps += 1
             return out
 
-        def checked(deferred, *args, **kwargs):
-            self.checks += self.armed
-            self.in_check = True
-            try:
-                return check(deferred, *args, **kwargs)
-            finally:
-                self.in_check = False
+        class Recorded(loop.DeferredSteps):
+            """The loop's deferred steps, with their checks marked and kept for counting."""
 
-        def replayed(deferred, *args, **kwargs):
-            self.replays += 1
-            return replay(deferred, *args, **kwargs)
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                watch.deferred.append(self)
+
+            def check(self, *args, **kwargs):
+                watch.checks += watch.armed
+                watch.in_check = True
+                try:
+                    return super().check(*args, **kwargs)
+                finally:
+                    watch.in_check = False
 
         monkeypatch.setattr(backend, "to_host", packed)
         monkeypatch.setattr(loop, "to_host", packed)
         monkeypatch.setattr(loop, "take_step", step)
-        monkeypatch.setattr(loop.DeferredSteps, "check", checked)
-        monkeypatch.setattr(loop.DeferredSteps, "_replay", replayed)
+        monkeypatch.setattr(loop, "DeferredSteps", Recorded)
+
+    @property
+    def replays(self):
+        """Intervals the loop replayed on the careful path."""
+        return sum(deferred.n_replays for deferred in self.deferred)
 
     @property
     def armed(self):
@@ -205,17 +212,16 @@ def strict_watch(packed, monkeypatch):
     """array_api_strict with data-dependent shapes off, and ``bool`` / ``float`` / ``int``
     of an array refused outside the packed transfers once ``packed`` is armed."""
     import array_api_strict
-    from array_api_strict._array_object import Array
 
     for name in ("__bool__", "__float__", "__int__"):
-        original = getattr(Array, name)
+        original = getattr(StrictArray, name)
 
         def refused(self, _original=original, _name=name):
             if not packed.allows_a_read():
                 raise AssertionError(f"{_name} of an array between checks")
             return _original(self)
 
-        monkeypatch.setattr(Array, name, refused)
+        monkeypatch.setattr(StrictArray, name, refused)
     with array_api_strict.ArrayAPIStrictFlags(data_dependent_shapes=False):
         yield
 
@@ -379,18 +385,18 @@ def _points_on_each_other(lib):
     return A, Bm
 
 
-def _squared_distances(lib, A, Bm, deferred):
-    """``sqdist_cross`` and ``sqdist_gram`` of the kernels' Array API path, with the
-    checks deferred or not, and the flags raised (None when not deferred)."""
-    from skgp_sparse.kernels import _array_api as kernel_xp
+def _kernel_matrices(lib, A, Bm, deferred):
+    """K(A, B) and K([A; B]) of a compiled RBF on ``lib``'s arrays (its Array API path),
+    with the checks deferred or not, and the flags raised (None when not deferred)."""
     from skgp_sparse.linalg import StatusFlags, deferred_checks
 
+    kernel = compile_kernel(RBF(1.0))
     a, b = lib(A), lib(Bm)
     xp = backend.namespace(a)
     flags = StatusFlags()
     with deferred_checks(flags) if deferred else contextlib.nullcontext():
-        cross = kernel_xp.sqdist_cross(a, b, xp)
-        gram = kernel_xp.sqdist_gram(xp.concat([a, b], axis=0), xp)
+        cross = kernel(a, b)
+        gram = kernel(xp.concat([a, b], axis=0))
     raised = flags.take()
     return backend.to_numpy(cross), backend.to_numpy(gram), None if raised is None else bool(raised)
 
@@ -399,12 +405,13 @@ def test_the_devices_refinement_equals_the_careful_one(lib):
     """Each pair of points on each other is alone in its row and column: refined on the device
     to the careful path's values exactly, with no flag raised."""
     A, Bm = _points_on_each_other(lib)
-    cross, gram, _ = _squared_distances(lib, A, Bm, deferred=False)
-    cross_d, gram_d, raised = _squared_distances(lib, A, Bm, deferred=True)
+    cross, gram, _ = _kernel_matrices(lib, A, Bm, deferred=False)
+    cross_d, gram_d, raised = _kernel_matrices(lib, A, Bm, deferred=True)
     assert raised is False
     np.testing.assert_array_equal(cross_d, cross)
     np.testing.assert_array_equal(gram_d, gram)
-    assert cross[5, 3] == 0.0 and cross[0, 40] == 0.0
+    # Refined to an exact zero distance: k = 1.
+    assert cross[5, 3] == 1.0 and cross[0, 40] == 1.0
 
 
 def test_a_cluster_of_coincident_points_raises_the_flag(lib):
@@ -413,5 +420,5 @@ def test_a_cluster_of_coincident_points_raises_the_flag(lib):
     A, Bm = _points_on_each_other(lib)
     A[1] = A[0]
     Bm[41] = A[0]
-    _, _, raised = _squared_distances(lib, A, Bm, deferred=True)
+    _, _, raised = _kernel_matrices(lib, A, Bm, deferred=True)
     assert raised is True
