@@ -37,6 +37,8 @@ __all__ = [
     "to_namespace",
     "device_namespace",
     "to_numpy",
+    "to_host",
+    "checks_on_device",
     "widest_float",
     "working_float",
     "owned_float_copy",
@@ -197,6 +199,52 @@ def to_numpy(a):
         return np.from_dlpack(a)
     except (AttributeError, BufferError, TypeError, RuntimeError):
         return np.asarray(a)
+
+
+def to_host(*values):
+    """Numpy copies of several values of one library, in one transfer.
+
+    Parameters
+    ----------
+    *values : arrays of one library, or Python numbers
+        Of any shapes; a device's arrays must share their device.
+
+    Returns
+    -------
+    list of ndarray
+        One array per value, of its shape: float64 (float32 where the device has no
+        float64), or the value's own dtype for a numpy array or a number.
+
+    Notes
+    -----
+    The arrays of a library other than numpy are raveled, cast to the widest float of
+    their device and concatenated there, so that a GPU synchronises once for all of them
+    (a step's hyperparameter gradients are several small arrays).
+    """
+    on_device = [i for i, v in enumerate(values) if is_foreign(v)]
+    out = [None if i in on_device else np.asarray(v) for i, v in enumerate(values)]
+    if not on_device:
+        return out
+    first = values[on_device[0]]
+    xp = namespace(first)
+    dtype = widest_float(xp, device_of(first))
+    flat = [xp.reshape(xp.astype(values[i], dtype), (-1,)) for i in on_device]
+    host = to_numpy(xp.concat(flat) if len(flat) > 1 else flat[0])
+    start = 0
+    for i in on_device:
+        shape = tuple(values[i].shape)
+        size = int(np.prod(shape))
+        out[i] = host[start : start + size].reshape(shape)
+        start += size
+    return out
+
+
+def checks_on_device(a):
+    """Whether a training step on arrays like ``a`` keeps its checks on the device and
+    reads them every few steps (see :func:`skgp_sparse.linalg.deferred_checks`): every
+    library but numpy, whose values are on the host, and whose fast path (one LAPACK or
+    numba call per primitive) checks at once for free."""
+    return is_foreign(a)
 
 
 def to_namespace(a, xp, device=None, dtype=None):

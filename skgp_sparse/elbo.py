@@ -15,6 +15,7 @@ import numpy as np
 
 from . import backend
 from .bases import as_basis
+from .linalg import pending_flags
 
 
 class TargetLayout:
@@ -229,16 +230,20 @@ class VariationalModel:
         Y : ndarray of shape (B, T)
             Targets as the likelihood takes them: T = P columns for P Gaussian outputs, one
             column of class indices for K latent functions.
-        need_grad : bool or "natural"
-            "natural": only what :meth:`natural_step` needs (no gradients).
+        need_grad : bool, "natural" or "adam"
+            "natural": only what :meth:`natural_step` needs (no gradients). "adam": the
+            gradients of what Adam moves (:meth:`adam_params`) only, so that a training
+            step of a model that does not learn its hyperparameters does not bring their
+            gradients back from a device. True: every gradient.
 
         Returns
         -------
         BatchResult
         """
         # Rows of another Array API library keep the data, the state and the state fields'
-        # gradients there; the ELBO and the noise gradient come back as floats and theta's
-        # gradient as numpy (the compiled kernel keeps its hyperparameters on the host).
+        # gradients there; the ELBO comes back as a float (within
+        # linalg.deferred_checks it stays a 0-d array), and the hyperparameters' gradients
+        # as numpy in one transfer (the compiled kernel keeps its hyperparameters on the host).
         xp = backend.namespace(X)
         scale = self.n_data / X.shape[0]
         mean, var, tape = self._marginals(X, need_grad)
@@ -246,7 +251,7 @@ class VariationalModel:
         Y, weights, var, extra = self._split(Y, var)
         ell, d_mean, d_var = self._weighted(weights, *self.likelihood.expected_log_lik(Y, mean, var, **extra))
         d_mean, d_var = _in_float_of(mean, d_mean, d_var)
-        elbo = scale * float(xp.sum(ell)) - self._kl(tape)
+        elbo = _elbo_estimate(scale, xp.sum(ell), self.basis.kl_divergence(self.kernel, self.state, self.jitter, tape))
         if not need_grad:
             return BatchResult(elbo, {}, None, None, None)
         d_mean = scale * d_mean
@@ -254,21 +259,38 @@ class VariationalModel:
         if need_grad == "natural":
             return BatchResult(elbo, {}, tape, d_mean, d_var)
         theta_bar, field_bars = self.basis.backward(tape, self.state, d_mean, d_var, self.learn_fields)
-        # A host copy in float64 (a few entries), which the noise gradients below update.
-        theta_bar = np.array(backend.to_numpy(theta_bar), dtype=np.float64)
-        grads = {"theta": theta_bar}
-        if self.latent_noise is not None:
-            # d var / d log(level) = level for each white term carrying the latent noise.
-            self.latent_noise.scatter_gradient(float(xp.sum(d_var)) * self.latent_noise.value, theta_bar)
-        if self.noise is not None:
-            per_row = self._weighted(weights, self.likelihood.d_log_noise(Y, mean, var, **extra))[0]
-            self._add_noise_gradient(grads, scale * float(xp.sum(per_row)))
-        if self._learns_likelihood():
-            per_row = self._weighted(weights, self.likelihood.d_log_params(Y, mean, var))[0]
-            grads["likelihood"] = scale * backend.to_numpy(xp.sum(per_row, axis=0))
+        wants_hyperparameters = need_grad != "adam" or self.learn_hyperparameters
+        grads = self._hyperparameter_grads(theta_bar, Y, mean, var, d_var, weights, extra, scale) \
+            if wants_hyperparameters else {}
         for field in self.learn_fields:
             grads[field] = field_bars[field]
         return BatchResult(elbo, grads, tape, d_mean, d_var)
+
+    def _hyperparameter_grads(self, theta_bar, Y, mean, var, d_var, weights, extra, scale):
+        """The gradients of the hyperparameters Adam moves, on the host (where the
+        hyperparameters live), brought back from another library in one transfer."""
+        xp = backend.namespace(mean)
+        latent_sum = noise_sum = likelihood_sums = 0.0
+        if self.latent_noise is not None:
+            latent_sum = xp.sum(d_var)
+        if self.noise is not None:
+            noise_sum = xp.sum(self._weighted(weights, self.likelihood.d_log_noise(Y, mean, var, **extra))[0])
+        if self._learns_likelihood():
+            per_row = self._weighted(weights, self.likelihood.d_log_params(Y, mean, var))[0]
+            likelihood_sums = xp.sum(per_row, axis=0)
+        theta_bar, latent_sum, noise_sum, likelihood_sums = backend.to_host(
+            theta_bar, latent_sum, noise_sum, likelihood_sums)
+        # A float64 copy (a few entries), which the noise gradients below update.
+        theta_bar = np.array(theta_bar, dtype=np.float64)
+        grads = {"theta": theta_bar}
+        if self.latent_noise is not None:
+            # d var / d log(level) = level for each white term carrying the latent noise.
+            self.latent_noise.scatter_gradient(float(latent_sum) * self.latent_noise.value, theta_bar)
+        if self.noise is not None:
+            self._add_noise_gradient(grads, scale * float(noise_sum))
+        if self._learns_likelihood():
+            grads["likelihood"] = scale * likelihood_sums
+        return grads
 
     def q_optimal_in_closed_form(self):
         """Whether the bound with q at its optimum on a full batch is reached in one move
@@ -402,6 +424,19 @@ class VariationalModel:
 
     def predictor(self):
         return self.basis.make_predictor(self.kernel, self.state, self.jitter)
+
+
+def _elbo_estimate(scale, ell_sum, kl):
+    """``scale * ell_sum - kl`` as a Python float, from 0-d arrays (or numbers) in
+    double precision; within :func:`skgp_sparse.linalg.deferred_checks` a 0-d array in
+    the widest float of its device, which the training loop reads with the status flags
+    of its interval, in one transfer."""
+    if pending_flags() is None:
+        return scale * float(ell_sum) - float(kl)
+    xp = backend.namespace(ell_sum)
+    wide = backend.widest_float(xp, backend.device_of(ell_sum))
+    # A basis may answer its KL as a Python number (contract.Basis.kl_divergence).
+    return scale * xp.astype(ell_sum, wide) - (kl if isinstance(kl, (int, float)) else xp.astype(kl, wide))
 
 
 def _in_float_of(reference, *arrays):

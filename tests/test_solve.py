@@ -270,7 +270,8 @@ def test_ill_conditioned_factors_keep_the_whitened_form(monkeypatch):
     keeps the whitened form."""
     model, X, Y = make_problem(seed=26)
     tape = model.evaluate(X, Y).tape
-    bounds = [solve._condition_bound(tape.low_u, tape.inv_u), solve._condition_bound(tape.low_v, tape.inv_v)]
+    bounds = [float(coupled.condition_bound(low, inv, np)) for low, inv in ((tape.low_u, tape.inv_u),
+                                                                           (tape.low_v, tape.inv_v))]
     for limit in bounds:
         monkeypatch.setattr(coupled, "FOLDED_FORM_MAX_CONDITION", 0.99 * limit)
         assert model.evaluate(X, Y).tape.inv_u is None

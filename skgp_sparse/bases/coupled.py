@@ -42,7 +42,8 @@ from .toolkit import (
     join_output_columns,
     output_columns,
     signed_gram,
-    summed_var_adjoint,
+    stack_blocks,
+    tape_var_adjoint,
 )
 from .. import backend as be
 from ..linalg import (
@@ -60,6 +61,7 @@ from ..linalg import (
     inverse_cholesky_factor,
     jittered_cholesky_backward,
     mm,
+    pending_flags,
     outer_plus_scaled,
     outer_plus_scaled_difference,
     same_values,
@@ -80,6 +82,25 @@ VARIATIONAL_FIELDS = ("q_mean", "q_sqrt")
 EXACT_NATURAL_STEP = True
 #: ... and on each Gaussian block's optimum given the others (one block here).
 CONJUGATE_NATURAL_STEP = True
+
+
+def condition_bound(low, inv_low, xp):
+    """|L|_F^2 |L^-1|_F^2 (``inv_low`` = L^-1), a 0-d array: an upper bound on cond(L L^T),
+    since cond(K) <= trace(K) ||K^-1||_2."""
+    return xp.sum(low * low) * xp.sum(inv_low * inv_low)
+
+
+def too_ill_conditioned_to_fold(low_k, inv_low, xp):
+    """Whether :func:`condition_bound` exceeds :data:`FOLDED_FORM_MAX_CONDITION`. Within
+    :func:`skgp_sparse.linalg.deferred_checks` the answer is noted rather than read
+    (False: the folded form is kept, and a step that should not have folded is replayed
+    on the careful path)."""
+    too_large = condition_bound(low_k, inv_low, xp) > FOLDED_FORM_MAX_CONDITION
+    flags = pending_flags()
+    if flags is None:
+        return bool(too_large)
+    flags.note(too_large)
+    return False
 
 
 @dataclass
@@ -144,14 +165,16 @@ class TapeBase:
     the same questions: A v, A^T w, A diag(h) A^T and dF/dK_zx.
     """
 
-    __slots__ = ("low_k", "mean", "back_zz", "back_zx", "back_diag", "jitter", "h_key", "whitened_gram")
+    __slots__ = ("low_k", "mean", "back_zz", "back_zx", "back_diag", "jitter", "h_key", "whitened_gram",
+                 "d_var_key", "h_sum")
 
     def whitened_grams(self, h_sum):
         """A diag(h_c) A^T per covariance (h summed over the outputs sharing it), cached:
         the O(B M^2) product shared by the backward pass and the natural step."""
-        if self.h_key is None or not same_values(self.h_key, h_sum):
+        if self.h_key is None or not (self.h_key is h_sum or same_values(self.h_key, h_sum)):
             self.whitened_gram = [self._gram(h_sum[:, c]) for c in range(h_sum.shape[1])]
-            self.h_key = copy_array(h_sum)
+            # The array itself: h_sum is a fresh array of the caller's, never written.
+            self.h_key = h_sum
         return self.whitened_gram
 
 
@@ -211,23 +234,25 @@ class FoldedTape(TapeBase):
     def cholesky_adjoint(self, lt_low_bar):
         return jittered_cholesky_backward(self.low_k, lt_low_bar, self.jitter, inv_low=self.inv_low)
 
+    # inv_low comes from tri_inverse: its upper triangle is zero (zeros_above).
     def a_times(self, v):
-        return tri_mm(self.inv_low, mm(self.kzx, v))
+        return tri_mm(self.inv_low, mm(self.kzx, v), zeros_above=True)
 
     def at_times(self, w):
-        return mm(self.kzx, tri_mm(self.inv_low, w, trans=True), trans_a=True)
+        return mm(self.kzx, tri_mm(self.inv_low, w, trans=True, zeros_above=True), trans_a=True)
 
     def _gram(self, h):
         # A diag(h) A^T = L_k^-1 (K_zx diag(h) K_xz) L_k^-T
-        return tri_mm(self.inv_low, tri_mm(self.inv_low, signed_gram(self.kzx, h)), trans=True, right=True)
+        inner = tri_mm(self.inv_low, signed_gram(self.kzx, h), zeros_above=True)
+        return tri_mm(self.inv_low, inner, trans=True, right=True, zeros_above=True)
 
     def whitened_grams_of_features(self, h_sum):
         """A diag(h_c) A^T from A = L_k^-1 K_zx formed explicitly: one more O(B M^2)
         product, but a gram of one matrix, so semi-definite to rounding whatever
         cond(K_zz) and the scale of h (the natural step falls back to it)."""
-        a = tri_mm(self.inv_low, self.kzx)
+        a = tri_mm(self.inv_low, self.kzx, zeros_above=True)
         self.whitened_gram = [signed_gram(a, h_sum[:, c]) for c in range(h_sum.shape[1])]
-        self.h_key = copy_array(h_sum)
+        self.h_key = h_sum
         return self.whitened_gram
 
     def kzx_adjoint(self, state, d_mean, h):
@@ -235,7 +260,7 @@ class FoldedTape(TapeBase):
         if self.middle_kzx is None:
             # A second backward pass over the same tape: the first one consumed W K_zx.
             self.middle_kzx = [sym_mm(w, self.kzx) for w in blocks(self.middle)]
-        alpha = tri_mm(self.inv_low, state.q_mean, trans=True)
+        alpha = tri_mm(self.inv_low, state.q_mean, trans=True, zeros_above=True)
         # The fused passes may overwrite W_0 K_zx: the tape lets go of all of them.
         kzx_bar = outer_plus_scaled(self.middle_kzx[0], alpha, d_mean, h[:, 0])
         for c in range(1, state.q_sqrt.shape[0]):
@@ -269,7 +294,7 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
     if form == "folded" or (form == "auto" and fold_if_stable):
         inv_low = tri_inverse(low_k)
         # cond(K) <= trace(K) ||K^-1||_2 <= |L|_F^2 |L^-1|_F^2
-        if form == "auto" and float(xp.sum(low_k * low_k) * xp.sum(inv_low * inv_low)) > FOLDED_FORM_MAX_CONDITION:
+        if form == "auto" and too_ill_conditioned_to_fold(low_k, inv_low, xp):
             inv_low = None
     if inv_low is None:
         tape = WhitenedTape()
@@ -283,7 +308,7 @@ def marginals(kernel, X, state, jitter, need_grad=True, form="auto"):
         tape.s_minus_i = s_minus_identity(state.q_sqrt)
         tape.middle = folded_middle(inv_low, tape.s_minus_i)
         tape.middle_kzx = [sym_mm(w, kzx) for w in blocks(tape.middle)]
-        mean = mm(kzx, tri_mm(inv_low, state.q_mean, trans=True), trans_a=True)
+        mean = mm(kzx, tri_mm(inv_low, state.q_mean, trans=True, zeros_above=True), trans_a=True)
         var = xp.stack([column_products(kdiag, kzx, w_k) for w_k in tape.middle_kzx], axis=1)
     # The positive and negative parts cancel almost exactly far from the data; a tiny
     # negative result is rounding, not a model property.
@@ -303,14 +328,16 @@ def s_minus_identity(q_sqrt):
     # The factors' strict upper parts are not part of the model (tri_mm ignores them only
     # in its triangular operand).
     xp = be.namespace(q_sqrt)
-    return xp.stack([add_to_diagonal(tri_mm(low, xp.tril(low), trans=True, right=True), -1.0, xp)
-                     for low in blocks(q_sqrt)])
+    return stack_blocks([add_to_diagonal(tri_mm(low, xp.tril(low), trans=True, right=True), -1.0, xp)
+                         for low in blocks(q_sqrt)], xp)
 
 
 def folded_middle(inv_low, s_minus_i):
-    """W_c = L_k^-T (S_c - I) L_k^-1, (C, M, M), from L_k^-1 and S_c - I."""
+    """W_c = L_k^-T (S_c - I) L_k^-1, (C, M, M), from L_k^-1 (of :func:`tri_inverse`:
+    zeros above its diagonal) and S_c - I."""
     xp = be.namespace(s_minus_i)
-    return xp.stack([tri_mm(inv_low, tri_mm(inv_low, s, trans=True), right=True) for s in blocks(s_minus_i)])
+    return stack_blocks([tri_mm(inv_low, tri_mm(inv_low, s, trans=True, zeros_above=True), right=True,
+                                zeros_above=True) for s in blocks(s_minus_i)], xp)
 
 
 def backward(tape, state, d_mean, d_var, fields=("inducing",)):
@@ -331,7 +358,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
     :meth:`Basis.backward <skgp_sparse.bases.contract.Basis.backward>` (``fields`` of
     ``INDUCING_FIELDS`` and ``VARIATIONAL_FIELDS``).
     """
-    h = summed_var_adjoint(d_var, state.q_sqrt.shape[0])
+    h = tape_var_adjoint(tape, d_var, state.q_sqrt.shape[0])
     a_g, lt_low_bar = prior_factor_adjoint(tape, state, d_mean, h)
     kzx_bar = tape.kzx_adjoint(state, d_mean, h)
     kzz_bar = tape.cholesky_adjoint(lt_low_bar)
@@ -402,7 +429,7 @@ def natural_step(tape, state, d_mean, d_var, step):
     """
     n_out = state.q_mean.shape[1]
     n_cov = state.q_sqrt.shape[0]
-    h_sum = summed_var_adjoint(d_var, n_cov)
+    h_sum = tape_var_adjoint(tape, d_var, n_cov)
     # With a shared covariance the natural gradient of the shared precision averages the
     # outputs' adjoints (the Fisher of the shared block is n_out times one output's).
     outputs_per_cov = n_out if n_cov == 1 else 1
@@ -422,11 +449,12 @@ def natural_step(tape, state, d_mean, d_var, step):
         shift = (1.0 - step) * mm(prec_old, state.q_mean[:, cols])
         target = d_mean[:, cols] - 2.0 * h[:, c : c + 1] * tape.mean[:, cols]
         shift = shift + step * tape.a_times(target)
-        means.append(tri_mm(low_new, tri_mm(low_new, shift, trans=True)))
+        # low_new (of inverse_cholesky_factor) has zeros above its diagonal.
+        means.append(tri_mm(low_new, tri_mm(low_new, shift, trans=True, zeros_above=True), zeros_above=True))
         sqrts.append(low_new)
         precs.append(prec)
     new_mean = join_output_columns(means, xp)
-    return CoupledState(state.inducing, new_mean, xp.stack(sqrts), xp.stack(precs))
+    return CoupledState(state.inducing, new_mean, stack_blocks(sqrts, xp), stack_blocks(precs, xp))
 
 
 def _factored_precision(new_precision, grams, c, tape, h_sum):

@@ -140,7 +140,7 @@ import numpy as np
 from .contract import Basis
 from .coupled import CoupledPredictor
 from .state import VariationalState
-from .toolkit import blocks, cross_and_diagonal, join_output_columns, output_columns, summed_var_adjoint
+from .toolkit import blocks, cross_and_diagonal, join_output_columns, output_columns, tape_var_adjoint
 from .. import backend as be
 from ..linalg import (
     CholeskyError,
@@ -448,7 +448,7 @@ class _Tape:
     shared by :func:`backward` and :func:`natural_step` (same state, same batch)."""
 
     __slots__ = ("kzz", "kzx", "p", "w", "w_kzx", "e", "mu", "low_t", "back_zz", "back_zx", "back_diag", "jitter",
-                 "_t", "_tkt", "_h_key", "_data", "_t_data_t")
+                 "_t", "_tkt", "_h_key", "_data", "_t_data_t", "d_var_key", "h_sum")
 
     def t(self, c):
         """T_c = L_t L_t^T."""
@@ -466,10 +466,12 @@ class _Tape:
 
     def data_grams(self, h):
         """Per covariance, W_h = K_zb diag(h_c) K_zb^T and T_c W_h T_c (cached for this h)."""
-        if self._h_key is None or not same_values(self._h_key, h):
+        if self._h_key is None or not (self._h_key is h or same_values(self._h_key, h)):
             self._data = [_weighted_gram(self.kzx, h[:, c]) for c in range(h.shape[1])]
             self._t_data_t = [_sym(mm(self.t(c), mm(d, self.t(c)))) for c, d in enumerate(self._data)]
-            self._h_key = copy_array(h)
+            # The array itself (of tape_var_adjoint, never written): the next call with the
+            # same adjoints passes the same array.
+            self._h_key = h
         return self._data, self._t_data_t
 
 
@@ -669,7 +671,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing",)):
     xp = be.namespace(tape.kzx, d_mean)
     n_cov = state.sigma_sqrt.shape[0]
     k = _outputs_per_cov(state)
-    h = summed_var_adjoint(d_var, n_cov)
+    h = tape_var_adjoint(tape, d_var, n_cov)
     kzz, kzx, mu = tape.kzz, tape.kzx, tape.mu
     preconditioned = state.settings.preconditioned_mean
     mu_bar = mm(kzx, d_mean) - mm(kzz, mu)
@@ -742,7 +744,7 @@ def natural_step(tape, state, d_mean, d_var, step):
     settings = state.settings
     kzz, kzx, mu = tape.kzz, tape.kzx, tape.mu
     # With a shared covariance the Sigma-optimum averages the outputs' adjoints.
-    _, t_data_t = tape.data_grams(summed_var_adjoint(d_var, n_cov))
+    _, t_data_t = tape.data_grams(tape_var_adjoint(tape, d_var, n_cov))
     grad_mean = mm(kzx, d_mean) - mm(kzz, mu)
     low_s_all = xp.tril(state.sigma_sqrt)
     mus, sigs, ts = [], [], []

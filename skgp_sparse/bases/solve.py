@@ -242,12 +242,6 @@ def _stack_points(Z, O):
     return be.namespace(Z, O).concat([Z, O], axis=0)
 
 
-def _condition_bound(low, inv_low):
-    """An upper bound on cond(L L^T): trace(K) ||K^-1||_2 <= |L|_F^2 |L^-1|_F^2."""
-    xp = be.namespace(low, inv_low)
-    return float(xp.sum(low * low) * xp.sum(inv_low * inv_low))
-
-
 def _folded_block(low, inv_low, jitter, kzx, q_mean, q_sqrt):
     """A coupled folded tape over the features L^-1 kzx of one block: W_c kzx with
     W_c = L^-T (S_c - I) L^-1, and the block's part of the mean, kzx^T L^-T m."""
@@ -357,9 +351,12 @@ def _folding_inverses(form, need_grad, float64, n_rows, m, m2, low_u, low_v):
     if not (form == "folded" or (form == "auto" and fold_if_stable)):
         return None, None
     inv_u, inv_v = tri_inverse(low_u), tri_inverse(low_v)
-    limit = coupled.FOLDED_FORM_MAX_CONDITION
-    if form == "auto" and (_condition_bound(low_u, inv_u) > limit or _condition_bound(low_v, inv_v) > limit):
-        return None, None
+    if form == "auto":
+        # Both asked (within deferred checks each notes its answer and says False).
+        too_ill = [coupled.too_ill_conditioned_to_fold(low, inv, be.namespace(low, inv))
+                   for low, inv in ((low_u, inv_u), (low_v, inv_v))]
+        if any(too_ill):
+            return None, None
     return inv_u, inv_v
 
 

@@ -7,7 +7,7 @@ on its device.
 """
 
 from .. import backend as be
-from ..linalg import gram, jittered_cholesky, mm
+from ..linalg import jittered_cholesky, weighted_gram
 
 
 def blocks(stack):
@@ -16,12 +16,28 @@ def blocks(stack):
     return [stack[c, ...] for c in range(stack.shape[0])]
 
 
+def stack_blocks(parts, xp):
+    """The matrices ``parts`` as a stack (C, M, M); one matrix becomes a view with a
+    leading axis, not a copy."""
+    return xp.expand_dims(parts[0], axis=0) if len(parts) == 1 else xp.stack(parts)
+
+
 def summed_var_adjoint(d_var, n_covariances):
     """dF/dvar per covariance factor: with one factor shared by every output, the
     outputs' adjoints summed, shape (B, 1); with one factor per output, ``d_var``."""
     if n_covariances != 1:
         return d_var
     return be.namespace(d_var).sum(d_var, axis=1, keepdims=True)
+
+
+def tape_var_adjoint(tape, d_var, n_covariances):
+    """:func:`summed_var_adjoint` of ``d_var``, kept on ``tape`` (its ``d_var_key`` and
+    ``h_sum``): the same array for the same ``d_var``, so that the backward pass and the
+    natural step of one evaluation share the tape's caches keyed on it by identity,
+    without comparing values (a read on a device)."""
+    if getattr(tape, "d_var_key", None) is not d_var:
+        tape.d_var_key, tape.h_sum = d_var, summed_var_adjoint(d_var, n_covariances)
+    return tape.h_sum
 
 
 def output_columns(n_covariances, c):
@@ -37,17 +53,10 @@ def join_output_columns(parts, xp):
 
 
 def signed_gram(a, h):
-    """A diag(h) A^T for A of shape (M, B): one SYRK when h has one sign (always, for
-    a log-concave likelihood), a scaled gram when h is constant (Gaussian noise), a
-    GEMM otherwise."""
-    xp = be.namespace(a, h)
-    if bool(xp.min(h) == xp.max(h)):
-        return h[0] * gram(a)
-    if bool(xp.all(h <= 0)):
-        return -gram(a * xp.sqrt(-h))
-    if bool(xp.all(h >= 0)):
-        return gram(a * xp.sqrt(h))
-    return mm(a * h, a, trans_b=True)
+    """A diag(h) A^T for A of shape (M, B) (:func:`skgp_sparse.linalg.weighted_gram`:
+    on numpy one SYRK when h has one sign, a scaled one when h is constant, a GEMM
+    otherwise; elsewhere one product, with no read of h)."""
+    return weighted_gram(a, h)
 
 
 def cross_and_diagonal(kernel, Z, X, need_grad):

@@ -15,6 +15,7 @@ fusion) sees plain expressions.
 import math
 
 from ..backend import device_of
+from ..linalg import pending_flags
 from ._profiles import EXPSINE, MATERN12, MATERN32, MATERN52, RBF, REFINE_TOL, RQ
 
 __all__ = [
@@ -47,8 +48,13 @@ def _refine(r2, flagged, As, Bs, xp):
     """Recompute the flagged entries of ``r2`` as plain sums of squared differences.
 
     One synchronisation with the host (whether anything is flagged); the rare flagged
-    pairs are gathered by index, so no ``(M, N, D)`` tensor is formed.
+    pairs are gathered by index, so no ``(M, N, D)`` tensor is formed. Within
+    :func:`skgp_sparse.linalg.deferred_checks` (where a gather of data-dependent size
+    would be a read): :func:`_refine_in_fixed_shapes`.
     """
+    flags = pending_flags()
+    if flags is not None:
+        return _refine_in_fixed_shapes(r2, flagged, As, Bs, xp, flags)
     if not bool(xp.any(flagged)):
         return r2
     i, j = xp.nonzero(flagged)
@@ -56,6 +62,40 @@ def _refine(r2, flagged, As, Bs, xp):
     # r2 is a fresh array of the caller's. Boolean-mask assignment visits the entries in the row-major order of nonzero.
     r2[flagged] = xp.sum(d * d, axis=1)
     return r2
+
+
+def _refine_in_fixed_shapes(r2, flagged, As, Bs, xp, flags):
+    """:func:`_refine` in shapes known in advance: in each row the last flagged pair is
+    refined, and in each column the last flagged pair; a flagged pair that is neither is
+    noted in ``flags``.
+
+    Inducing inputs that sit on training rows flag about one pair per row or column,
+    from the first step on; clusters of coincident points on both sides are rare, and the
+    step that meets one is replayed on the careful path. The refined values are those of
+    :func:`_refine` (the same sums of squared differences); the pairs are chosen by a
+    maximum of indices, which is cheaper than an argmin over the columns.
+    """
+    device = device_of(r2)
+    # int32 indices: the (M, N) passes over them move half the bytes of int64 ones.
+    cols = _row(xp.arange(r2.shape[1], dtype=xp.int32, device=device), xp)
+    rows = _column(xp.arange(r2.shape[0], dtype=xp.int32, device=device), xp)
+    none = -1
+    col_of_row = xp.max(xp.where(flagged, cols, none), axis=1)
+    row_of_col = xp.max(xp.where(flagged, rows, none), axis=0)
+    # A row or column with nothing flagged points nowhere (its -1 matches no index); its
+    # gathered neighbour (index 0) is computed and not used.
+    by_row = _squared_differences(As, xp.take(Bs, xp.clip(col_of_row, 0, None), axis=0), xp)
+    by_col = _squared_differences(xp.take(As, xp.clip(row_of_col, 0, None), axis=0), Bs, xp)
+    row_hit = cols == _column(col_of_row, xp)
+    col_hit = rows == _row(row_of_col, xp)
+    flags.note(xp.any(flagged & ~(row_hit | col_hit)))
+    return xp.where(row_hit, _column(by_row, xp), xp.where(col_hit, _row(by_col, xp), r2))
+
+
+def _squared_differences(a, b, xp):
+    """Row-wise sums of squared differences of two arrays of one shape."""
+    d = a - b
+    return xp.sum(d * d, axis=1)
 
 
 def sqdist_cross(As, Bs, xp):

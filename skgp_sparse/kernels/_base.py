@@ -151,6 +151,17 @@ class Leaf:
     def refresh(self):
         """Recompute derived quantities after the hyperparameters changed."""
 
+    def saved_hyperparameters(self):
+        """A copy of the hyperparameters as this node holds them, for
+        :meth:`restore_hyperparameters` (``load`` of their theta computes ``exp(log v)``,
+        which may differ from ``v`` in the last bit)."""
+        return {name: np.array(v, copy=True) if np.ndim(v) else v for name, v in self.values.items()}
+
+    def restore_hyperparameters(self, saved):
+        """Hold again the hyperparameters of :meth:`saved_hyperparameters`."""
+        self.values = {name: np.array(v, copy=True) if np.ndim(v) else v for name, v in saved.items()}
+        self.refresh()
+
     def accumulate(self, theta_bar, name, grad):
         """Add ``d F / d log(name)`` into the global gradient (no-op if fixed)."""
         sl = self.slots[name]

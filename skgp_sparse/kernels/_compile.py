@@ -261,6 +261,23 @@ class CompiledKernel:
         for leaf in self._leaves:
             leaf.load(theta)
 
+    def saved_hyperparameters(self):
+        """The hyperparameters as the kernel holds them, for :meth:`restore_hyperparameters`.
+
+        Going back to them by :meth:`set_theta` of the saved theta would compute each as
+        ``exp(log v)``, which may differ from ``v`` in its last bit; a training step that
+        is replayed (see :class:`skgp_sparse.optim.loop.DeferredSteps`) must start from the
+        same values as the first time.
+        """
+        return self._theta.copy(), [leaf.saved_hyperparameters() for leaf in self._leaves]
+
+    def restore_hyperparameters(self, saved):
+        """Hold again the hyperparameters of :meth:`saved_hyperparameters`."""
+        theta, per_leaf = saved
+        self._theta = theta.copy()
+        for leaf, values in zip(self._leaves, per_leaf):
+            leaf.restore_hyperparameters(values)
+
     def to_sklearn(self):
         """The sklearn kernel (full structure, white terms included) at the current theta.
 

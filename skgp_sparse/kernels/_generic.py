@@ -89,6 +89,13 @@ class GenericNode(Leaf):
         if self.n_theta:
             self.kernel = self.kernel.clone_with_theta(np.asarray(theta[self.slots["theta"]], dtype=np.float64))
 
+    def saved_hyperparameters(self):
+        # load replaces the scikit-learn kernel, never changes it: the object is the copy.
+        return self.kernel
+
+    def restore_hyperparameters(self, saved):
+        self.kernel = saved
+
     # -- evaluation ------------------------------------------------------------------------
     def evaluate(self, A, B, mode, grad):
         if not isinstance(A, np.ndarray):

@@ -76,6 +76,7 @@ class Stationary(Leaf):
 
     # -- hyperparameters ---------------------------------------------------------------
     def refresh(self):
+        self._device_inv_l = None
         if self.scale_name is None:
             self.inv_l = np.ones(1)
             self.ard = False
@@ -229,9 +230,7 @@ class Stationary(Leaf):
                 f"{n_features} features"
             )
         device = backend.device_of(A)
-        # The hyperparameters are host floats: a list of Python floats is the one form
-        # every library's asarray takes on any device.
-        inv_l = xp.asarray([float(v) for v in self.inv_l], dtype=A.dtype, device=device)
+        inv_l = self._inv_l_on(xp, device, A.dtype)
         n = A.shape[0] + (0 if B is None else B.shape[0])
         if n == 0:
             centre = xp.zeros(n_features, dtype=A.dtype, device=device)
@@ -242,6 +241,21 @@ class Stationary(Leaf):
         As = (A - centre) * inv_l
         Bs = None if B is None else (B - centre) * inv_l
         return As, Bs, inv_l
+
+    def _inv_l_on(self, xp, device, dtype):
+        """The inverse length scales for arrays of ``xp`` on ``device``: a Python float
+        for an isotropic one (no copy to the device), else a device copy made once per
+        value of the hyperparameters (the gram and the cross matrix of a step share it)."""
+        if not self.ard:
+            return float(self.inv_l[0])
+        held = self._device_inv_l
+        # The host array itself is part of the key: refresh() makes a new one.
+        if held is None or held[0] is not self.inv_l or held[1:3] != (device, dtype):
+            # The hyperparameters are host floats: a list of Python floats is the one form
+            # every library's asarray takes on any device.
+            on_device = xp.asarray([float(v) for v in self.inv_l], dtype=dtype, device=device)
+            held = self._device_inv_l = (self.inv_l, device, dtype, on_device)
+        return held[3]
 
     def _profile_xp(self, r2, grad, xp):
         return X.forward(self.kind, r2, self.p0, self.p1, grad, xp)

@@ -65,7 +65,11 @@ class GaussianLikelihood(Likelihood):
         ell = -0.5 * (_LOG_2PI + log_s2) - 0.5 * (resid * resid + var) / s2
         d_mean = resid / s2
         # One value per row (or one for all), broadcast rather than filled.
-        d_var = xp.broadcast_to(xp.asarray(-0.5 / s2, dtype=ell.dtype, device=backend.device_of(ell)), ell.shape)
+        device = backend.device_of(ell)
+        # A scalar noise fills a 0-d array on the device (no copy of host data).
+        value = xp.asarray(-0.5 / s2, dtype=ell.dtype, device=device) if per_row else xp.full(
+            (), -0.5 / s2, dtype=ell.dtype, device=device)
+        d_var = xp.broadcast_to(value, ell.shape)
         return ell, d_mean, d_var
 
     def d_log_noise(self, y, mean, var, extra_noise=0.0):

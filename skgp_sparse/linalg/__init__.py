@@ -33,6 +33,7 @@ from ._jitter import (
     JitterWarning,
     retry_with_jitter,
 )
+from ._deferred import StatusFlags, deferred_checks, pending_flags
 from ._numpy import potrf
 
 __all__ = [
@@ -41,8 +42,12 @@ __all__ = [
     "FLOAT32_MIN_JITTER",
     "CholeskyError",
     "JitterWarning",
+    "StatusFlags",
+    "deferred_checks",
+    "pending_flags",
     "mm",
     "gram",
+    "weighted_gram",
     "sym_mm",
     "potrf",
     "cholesky",
@@ -69,6 +74,7 @@ __all__ = [
     "column_variances",
     "copy_array",
     "same_values",
+    "all_finite",
     "tril_halved_diagonal",
     "outer_over",
     "add_to_rows",
@@ -130,6 +136,27 @@ def gram(a, trans=False):
     if _on_numpy(a):
         return _numpy.gram(a, trans)
     return _array_api.gram(a, trans)
+
+
+def weighted_gram(a, h):
+    """``a @ diag(h) @ a.T`` for ``a`` of shape (m, k) and ``h`` of shape (k,).
+
+    Parameters
+    ----------
+    a : array of shape (m, k)
+    h : array of shape (k,)
+
+    Returns
+    -------
+    array of shape (m, m), exactly symmetric
+        numpy: one SYRK when ``h`` has one sign (always, for a log-concave likelihood),
+        a scaled SYRK when ``h`` is constant (Gaussian noise), a GEMM otherwise (reading
+        ``h``'s signs costs nothing on the host); other libraries: one ``matmul`` of
+        ``a * h`` with ``a``, mirrored from its lower triangle, with no read of ``h``.
+    """
+    if _on_numpy(a):
+        return _numpy.weighted_gram(a, h)
+    return _array_api.weighted_gram(a, h)
 
 
 def sym_mm(sym, b):
@@ -256,7 +283,7 @@ def solve_triangular(low, b, trans=False, right=False, *, xp=None):
     return _array_api.solve_triangular(low, b, be.namespace(low, b) if xp is None else xp, trans, right)
 
 
-def tri_mm(low, b, trans=False, right=False, *, xp=None):
+def tri_mm(low, b, trans=False, right=False, *, xp=None, zeros_above=False):
     """Product ``op(low) @ b`` (or ``b @ op(low)`` with ``right``) for a lower triangular
     ``low`` whose strict upper part is ignored.
 
@@ -270,6 +297,10 @@ def tri_mm(low, b, trans=False, right=False, *, xp=None):
         Multiply ``b`` on the right: ``b @ op(low)``.
     xp : namespace, optional
         Namespace of ``low`` and ``b`` (found from them when omitted).
+    zeros_above : bool, default=False
+        The strict upper part of ``low`` is known to hold zeros (a factor from
+        :func:`cholesky` or :func:`jittered_cholesky`, an inverse from :func:`tri_inverse`):
+        other libraries then multiply ``low`` as it is, without a masked copy of it.
 
     Returns
     -------
@@ -279,7 +310,7 @@ def tri_mm(low, b, trans=False, right=False, *, xp=None):
     """
     if _on_numpy(low, xp):
         return _numpy.tri_mm(low, b, trans, right)
-    return _array_api.tri_mm(low, b, be.namespace(low, b) if xp is None else xp, trans, right)
+    return _array_api.tri_mm(low, b, be.namespace(low, b) if xp is None else xp, trans, right, zeros_above)
 
 
 def cho_solve(low, b):
@@ -359,8 +390,8 @@ def cholesky_backward(low, low_bar=None, lt_low_bar=None, inv_low=None):
     lt_low_bar : array of shape (m, m), optional
         ``low.T @ low_bar``, for callers that can form it more cheaply than by a product.
     inv_low : array of shape (m, m), optional
-        ``L^-1``, for callers that hold it: the two triangular solves become two
-        triangular products.
+        ``L^-1`` with zeros above its diagonal (as :func:`tri_inverse` returns it), for
+        callers that hold it: the two triangular solves become two triangular products.
 
     Returns
     -------
@@ -547,6 +578,33 @@ def copy_array(a):
     if _on_numpy(a):
         return _numpy.copy_array(a)
     return _array_api.copy_array(a)
+
+
+def all_finite(a):
+    """Whether every entry of ``a`` is finite.
+
+    Parameters
+    ----------
+    a : array or Python number
+
+    Returns
+    -------
+    bool
+        The answer: for numpy (and numbers) at once, for another library by one bool
+        read from the device. Within :func:`deferred_checks`, True, with the contrary
+        noted in the pending :class:`StatusFlags` (and no read).
+    """
+    if _on_numpy(a):
+        finite = bool(np.all(np.isfinite(a)))
+        flags = pending_flags()
+        if flags is None or finite:
+            return finite
+        # A host value (a hyperparameter's gradient) within a deferred interval: raised
+        # at the interval's check like the device's flags, so that every failure of an
+        # interval is met again by its replay.
+        flags.note(True)
+        return True
+    return _array_api.all_finite(a)
 
 
 def same_values(a, b):

@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import backend as be
 from . import _numpy
+from ._deferred import pending_flags
 from ._jitter import FLOAT32_MIN_JITTER, CholeskyError, retry_with_jitter
 
 #: Rows per block of the generic triangular substitution (:func:`_substitute`): each
@@ -55,7 +56,17 @@ def trace(a, xp):
 
 
 def add_to_diagonal(a, value):
-    """``a + value * I`` as a new array."""
+    """``a + value * I`` as a new array.
+
+    torch: a copy of ``a`` whose diagonal view is updated in place (one M x M array,
+    where ``a + value * I`` makes three); other libraries: with an identity (the standard
+    has no writable diagonal).
+    """
+    xp = be.namespace(a)
+    if be.library(xp) == "torch":
+        out = a.clone()
+        out.diagonal().add_(value)
+        return out
     return a + value * eye(a.shape[0], a)
 
 
@@ -93,6 +104,14 @@ def gram(a, trans):
     a = xp.astype(a, be.working_float(xp, a), copy=False)
     g = xp.matrix_transpose(a) @ a if trans else a @ xp.matrix_transpose(a)
     # Exactly symmetric, as SYRK's mirrored triangle is: keep the lower triangle only.
+    return xp.tril(g) + xp.matrix_transpose(xp.tril(g, k=-1))
+
+
+def weighted_gram(a, h):
+    """``a @ diag(h) @ a.T`` by one ``matmul``, exactly symmetric; ``h`` is not read
+    (its signs would decide between SYRKs on the host, a read on a device)."""
+    xp = be.namespace(a, h)
+    g = mm(a * h, a, False, True)
     return xp.tril(g) + xp.matrix_transpose(xp.tril(g, k=-1))
 
 
@@ -140,6 +159,56 @@ def _factor(a, xp):
     return low, bool(xp.all(xp.isfinite(low))), None
 
 
+def _factor_noting(a, xp, flags):
+    """Lower Cholesky factor of ``a`` without a read of the device: a failed
+    factorisation or a non-finite factor is noted in ``flags`` (see
+    :mod:`._deferred`), and the factor is then meaningless."""
+    lib = be.library(xp)
+    if lib == "torch":
+        import torch
+
+        low, info = torch.linalg.cholesky_ex(a)
+        # A NaN of the lower triangle reaches the diagonal of its row: the diagonal
+        # alone tells a non-finite factor.
+        flags.note((info != 0) | ~xp.all(xp.isfinite(diagonal(low, xp))))
+        return low
+    if lib == "cupy":
+        return _cupy_factor_noting(a, xp, flags)
+    # array_api_strict and any other library: a raised error is known on the host
+    # without a read; a non-finite factor is noted.
+    try:
+        low = xp.linalg.cholesky(a)
+    except (np.linalg.LinAlgError, RuntimeError, ValueError):
+        # Any lower factor will do: the noted failure sends the step to the careful path.
+        flags.note(_raised(a, xp))
+        return eye(a.shape[0], a)
+    flags.note(~xp.all(xp.isfinite(diagonal(low, xp))))
+    return low
+
+
+def _cupy_factor_noting(a, xp, flags):
+    """CuPy's place for a factorisation that reports its failure on the device.
+
+    ``cupy.linalg.cholesky`` reads cuSOLVER's ``devInfo`` to the host only under
+    ``cupyx.errstate(linalg="raise")`` and otherwise leaves garbage, finite or not, past a
+    failing pivot; it also copies its input. What belongs here is cuSOLVER's ``potrf`` on
+    the fresh jittered matrix (which may be overwritten) with ``devInfo != 0`` noted in
+    ``flags`` as a 0-d device array. Until that is written and tested on a GPU, CuPy
+    takes the careful factorisation, which reads the device once per call.
+    """
+    low, ok, _ = _factor(a, xp)
+    if not ok:
+        flags.note(_raised(a, xp))
+        return eye(a.shape[0], a)
+    return low
+
+
+def _raised(like, xp):
+    """A raised flag (a 0-d True) on the device of ``like``, for a failure the host
+    already knows."""
+    return xp.asarray(True, device=be.device_of(like))
+
+
 def _check_finite(a, xp, message):
     if not bool(xp.all(xp.isfinite(a))):
         raise CholeskyError(message)
@@ -148,6 +217,9 @@ def _check_finite(a, xp, message):
 def cholesky(a, xp):
     """Lower Cholesky factor; :class:`CholeskyError` for a NaN or infinite entry or a
     matrix that is not numerically positive definite."""
+    flags = pending_flags()
+    if flags is not None:
+        return _factor_noting(a, xp, flags)
     low, ok, info = _factor(a, xp)
     if not ok:
         _check_finite(a, xp, "matrix to factorise contains NaN or inf")
@@ -165,7 +237,14 @@ def jittered_cholesky(a, xp, jitter, max_tries, what, stacklevel):
     from :data:`FLOAT32_MIN_JITTER`, and if it fails at that first jitter it is
     factorised in float64 and its factor cast back, as on numpy (except on a device
     without float64, see :func:`skgp_sparse.backend.widest_float`).
+
+    Within :func:`._deferred.deferred_checks`, one attempt at the first jitter, with
+    the scale kept on the device; a non-finite input or a failed factorisation is noted
+    for the caller's replay on this careful path (which then warns and retries).
     """
+    flags = pending_flags()
+    if flags is not None:
+        return _jittered_cholesky_noting(a, xp, jitter, flags)
     _check_finite(a, xp, f"{what} contains NaN or inf; check the inputs and the kernel hyperparameters")
     scale = float(xp.mean(diagonal(a, xp)))
     if not scale > 0:
@@ -174,7 +253,7 @@ def jittered_cholesky(a, xp, jitter, max_tries, what, stacklevel):
     def factor_in(dtype):
         def factor(added):
             matrix = a if a.dtype == dtype else _astype(a, dtype, xp)
-            low, ok, _ = _factor(matrix + added * eye(a.shape[0], matrix), xp)
+            low, ok, _ = _factor(add_to_diagonal(matrix, added), xp)
             return (_astype(low, a.dtype, xp) if ok and low.dtype != a.dtype else low), ok
 
         return factor
@@ -186,6 +265,20 @@ def jittered_cholesky(a, xp, jitter, max_tries, what, stacklevel):
         factor_in(a.dtype), scale, jitter, max_tries, what, stacklevel=stacklevel,
         wide_factor=factor_in(wide) if a.dtype != wide else None,
     )
+
+
+def _jittered_cholesky_noting(a, xp, jitter, flags):
+    """The factor and the relative jitter of the first attempt of
+    :func:`jittered_cholesky`, with nothing read from the device."""
+    diag = diagonal(a, xp)
+    # A NaN or inf off the diagonal reaches the factor's diagonal, which the
+    # factorisation checks; the input's own diagonal is checked here.
+    flags.note(~xp.all(xp.isfinite(diag)))
+    scale = xp.mean(diag)
+    scale = xp.where(scale > 0, scale, xp.ones_like(scale))
+    if a.dtype == xp.float32:
+        jitter = max(jitter, FLOAT32_MIN_JITTER)
+    return _factor_noting(add_to_diagonal(a, jitter * scale), xp, flags), jitter
 
 
 # --------------------------------------------------------------------------------------
@@ -271,11 +364,11 @@ def _substitute(tri, b, lower, xp):
     return xp.concat([blocks[s] for s in starts], axis=0)
 
 
-def tri_mm(low, b, xp, trans, right):
+def tri_mm(low, b, xp, trans, right, zeros_above=False):
     """``op(low) @ b`` (or ``b @ op(low)``) by ``matmul`` with the lower triangle of
     ``low`` (no library offers TRMM through the standard, and a GEMM on a GPU is as
-    fast)."""
-    tri = xp.tril(low)
+    fast); ``low`` as it is when its upper triangle is known to be zero."""
+    tri = low if zeros_above else xp.tril(low)
     if trans:
         tri = xp.matrix_transpose(tri)
     return b @ tri if right else tri @ b
@@ -287,9 +380,14 @@ def tri_mm(low, b, xp, trans, right):
 def tri_inverse(low):
     """Inverse of a lower triangular matrix, by a triangular solve against the identity."""
     xp = be.namespace(low)
-    if bool(xp.any(diagonal(low, xp) == 0)):
+    singular = xp.any(diagonal(low, xp) == 0)
+    flags = pending_flags()
+    if flags is not None:
+        flags.note(singular)
+    elif bool(singular):
         raise CholeskyError("triangular factor is singular")
-    return xp.tril(solve_triangular(low, eye(low.shape[0], low), xp, False, False))
+    # Forward substitution against I leaves exact zeros above the diagonal: no tril.
+    return solve_triangular(low, eye(low.shape[0], low), xp, False, False)
 
 
 def inverse_cholesky_factor(precision):
@@ -307,8 +405,8 @@ def cholesky_backward(low, low_bar, lt_low_bar, inv_low):
         lt_low_bar = tri_mm(low, xp.tril(low_bar), xp, True, False)
     if inv_low is not None:
         mirrored = xp.tril(lt_low_bar) + t(xp.tril(lt_low_bar, k=-1))
-        inner = tri_mm(inv_low, mirrored, xp, True, False)
-        return 0.5 * tri_mm(inv_low, inner, xp, False, True)
+        inner = tri_mm(inv_low, mirrored, xp, True, False, zeros_above=True)
+        return 0.5 * tri_mm(inv_low, inner, xp, False, True, zeros_above=True)
     # Phi: the lower triangle with a halved diagonal.
     lower = xp.tril(lt_low_bar)
     phi = 0.5 * (lower + xp.tril(lt_low_bar, k=-1))
@@ -373,8 +471,26 @@ def copy_array(a):
     return be.namespace(a).asarray(a, copy=True)
 
 
+def all_finite(a):
+    """Whether every entry of ``a`` is finite (one bool read back from the device, or
+    within :func:`._deferred.deferred_checks` True with the contrary noted)."""
+    xp = be.namespace(a)
+    finite = xp.all(xp.isfinite(a))
+    flags = pending_flags()
+    if flags is None:
+        return bool(finite)
+    flags.note(~finite)
+    return True
+
+
 def same_values(a, b):
-    """Whether two arrays hold the same values (one bool read back from the device)."""
+    """Whether two arrays hold the same values (one bool read back from the device).
+
+    Within :func:`._deferred.deferred_checks` only the same array counts (equal values
+    could not be told without a read): a cache then recomputes what it cannot prove
+    unchanged."""
+    if pending_flags() is not None:
+        return a is b
     return a.shape == b.shape and bool(be.namespace(a, b).all(a == b))
 
 

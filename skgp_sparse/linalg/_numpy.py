@@ -90,6 +90,19 @@ def gram(a, trans=False):
     return out
 
 
+def weighted_gram(a, h):
+    """``a @ diag(h) @ a.T``: one SYRK when ``h`` has one sign, a scaled SYRK when it is
+    constant, a GEMM otherwise (the choice :func:`skgp_sparse.bases.toolkit.signed_gram`
+    made before this primitive held it)."""
+    if h.min() == h.max():
+        return h[0] * gram(a)
+    if np.all(h <= 0):
+        return -gram(a * np.sqrt(-h))
+    if np.all(h >= 0):
+        return gram(a * np.sqrt(h))
+    return mm(a * h, a, False, True)
+
+
 def sym_mm(sym, b):
     """``sym @ b`` for a symmetric ``sym`` by one SYMM (faster than GEMM in OpenBLAS)."""
     dtype = np.result_type(sym.dtype, b.dtype, np.float32)

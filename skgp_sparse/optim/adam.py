@@ -99,7 +99,8 @@ class Adam:
     def _in_namespace(factor, like, xp):
         """A scalar as it is; an array (per-feature step scales, bounds) in ``like``'s
         library, device and dtype, so that host settings combine with device parameters
-        (and float64 settings do not promote a float32 parameter)."""
+        (and float64 settings do not promote a float32 parameter). The copy on a device
+        is made once (:func:`skgp_sparse.backend.constant`), not at every step."""
         if np.ndim(factor) == 0:
             return factor
-        return backend.to_namespace(factor, xp, device=backend.device_of(like), dtype=like.dtype)
+        return backend.constant(backend.to_numpy(factor), like, dtype=like.dtype)

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import backend
-from ..linalg import copy_array
+from ..backend import checks_on_device, to_host
+from ..linalg import StatusFlags, all_finite, copy_array, deferred_checks
 
 
 class NonFiniteELBOError(FloatingPointError):
@@ -65,15 +66,22 @@ def array_batches(X, Y, batch_size):
     return batches
 
 
+#: Steps between two reads of a step's status on a device (:class:`DeferredSteps`): a
+#: read is one synchronisation, and a replay after a raised flag redoes at most this many
+#: steps on the careful path. Checks also fall at the end of each stopping period and of
+#: each epoch, whose figures they read.
+CHECK_EVERY = 10
+#: After a replay, the next steps run on the careful path at once, as many as the steps
+#: replayed and doubling with each replay in a row, up to this many; a clean interval
+#: starts over. A condition that persists (a K(Z, Z) too ill-conditioned to fold, a cluster
+#: of coincident points) then costs what it costs on the careful path, not each interval
+#: twice.
+MAX_CAREFUL_STEPS = 640
+
+
 def _snapshot(model):
     """Copies of everything one step changes: enough to undo a half-committed step."""
     return model.state, {name: copy_array(value) for name, value in model.adam_params().items()}
-
-
-def _all_finite(g):
-    """Whether every entry of a gradient is finite (one bool back from another library)."""
-    xp = backend.namespace(g)
-    return bool(xp.all(xp.isfinite(g)))
 
 
 def _restore(model, snapshot):
@@ -83,7 +91,9 @@ def _restore(model, snapshot):
 
 
 def _check_finite(result, epoch):
-    if not np.isfinite(result.elbo) or not all(_all_finite(g) for g in result.grads.values()):
+    """Raise NonFiniteELBOError naming ``epoch`` unless the step's ELBO and gradients are
+    finite (within :func:`skgp_sparse.linalg.deferred_checks`: noted for the check)."""
+    if not all_finite(result.elbo) or not all(all_finite(g) for g in result.grads.values()):
         raise NonFiniteELBOError(
             f"the ELBO or its gradient became non-finite at epoch {epoch}. "
             "Try standardising X and y (normalize_y=True), a smaller learning_rate or "
@@ -91,9 +101,210 @@ def _check_finite(result, epoch):
         )
 
 
+def take_step(model, xb, yb, schedule, adam, warming_up, epoch):
+    """One training step on the minibatch (xb, yb), committed to ``model``.
+
+    The ELBO estimate and its gradients are evaluated once; q moves by a natural step
+    (halved while its factorisation fails), and, after the warm-up, the other parameters
+    by an Adam step. A step interrupted while its new parameters were being stored is
+    undone before the KeyboardInterrupt propagates.
+
+    Returns
+    -------
+    result : BatchResult
+    new_params, bounds : dict or None
+        The Adam step's new values and their bounds (None while warming up).
+
+    Raises
+    ------
+    NonFiniteELBOError
+        When the ELBO or a gradient is not finite (naming ``epoch``).
+    """
+    result = model.evaluate(xb, yb, need_grad="adam")
+    _check_finite(result, epoch)
+    new_state, _ = schedule.apply(lambda size: model.natural_step(result, size))
+    new_params = bounds = None
+    if not warming_up:
+        bounds = model.adam_bounds()
+        new_params = adam.step(model.adam_params(), result.grads, bounds,
+                               rate_scales=model.adam_rate_scales(schedule.t - 1))
+    # The commit: two stores that must happen together (undone if interrupted).
+    snapshot = _snapshot(model)
+    try:
+        model.state = new_state
+        if new_params is not None:
+            model.set_adam_params(new_params)
+    except KeyboardInterrupt:
+        _restore(model, snapshot)
+        raise
+    return result, new_params, bounds
+
+
+class _EpochRecord:
+    """The figures of one epoch so far and what a recorded step feeds (the stopping
+    rule, the progress lines, the history)."""
+
+    def __init__(self, model, history, stopping, progress, monitor):
+        self.model, self.history, self.stopping = model, history, stopping
+        self.progress, self.monitor = progress, monitor
+        self.total, self.count = 0.0, 0
+
+    def step(self, elbo, gradient, warming_up):
+        """Record a completed step of ELBO estimate ``elbo`` (a float); True when the
+        stopping rule says the fit has converged."""
+        self.total += elbo
+        self.count += 1
+        self.history.n_steps += 1
+        self.progress.step(self.history.n_epochs + 1, self.count, self.total)
+        if warming_up:
+            return False
+        closed = self.stopping.add(elbo / self.model.rows_counted, self.monitor, gradient)
+        return closed and self.stopping.converged()
+
+
+def _step_gradient(stopping, model, new_params, bounds, result):
+    """The hyperparameter gradient the stopping rule reads of a step (None when it reads
+    none or the step was a warm-up)."""
+    if new_params is None or not stopping.reads_gradient:
+        return None
+    return hyperparameter_gradient(new_params, bounds, result.grads, model.rows_counted)
+
+
+class DeferredSteps:
+    """Training steps whose checks stay on the device, read once per interval.
+
+    Within an interval every step runs under :func:`skgp_sparse.linalg.deferred_checks`:
+    its status (a non-finite value, a failed factorisation, a pair of points whose
+    distance needs refining, ...) is noted in :class:`~skgp_sparse.linalg.StatusFlags`
+    and its ELBO estimate stays a 0-d device array. :meth:`check` reads the interval's
+    ELBO estimates and flags in one transfer. When no flag is raised the steps are
+    recorded as they were taken; otherwise the model goes back to the checkpoint made at
+    the last check and the interval's minibatches are replayed on the careful path,
+    which warns, adds jitter, halves natural steps or raises NonFiniteELBOError (naming
+    the epoch) exactly where the steps taken one at a time would have. The steps after a
+    replay run on the careful path for a while (:meth:`take_carefully`), so that a
+    condition that persists is not paid for twice in every interval.
+
+    Parameters
+    ----------
+    model, schedule, adam, stopping
+        Those of :func:`train`.
+    check_every : int
+        Most steps between two checks.
+    """
+
+    def __init__(self, model, schedule, adam, stopping, check_every):
+        self.model, self.schedule, self.adam, self.stopping = model, schedule, adam, stopping
+        self.check_every = max(int(check_every), 1)
+        self.flags = StatusFlags()
+        self.pending = []
+        self.checkpoint = None
+        #: Intervals replayed on the careful path after a raised flag.
+        self.n_replays = 0
+        self.careful_span = 0
+        self.careful_left = 0
+
+    def take_carefully(self):
+        """Whether the next step runs on the careful path at once (the backing off after a
+        replay, see :data:`MAX_CAREFUL_STEPS`); counts it when it does."""
+        if self.careful_left <= 0:
+            return False
+        self.careful_left -= 1
+        return True
+
+    def take(self, xb, yb, warming_up, epoch):
+        """Take one step with its checks deferred; True when the interval is full (the
+        caller then calls :meth:`check`)."""
+        if self.checkpoint is None:
+            self.checkpoint = self._capture()
+        with deferred_checks(self.flags):
+            result, new_params, bounds = take_step(self.model, xb, yb, self.schedule, self.adam, warming_up, epoch)
+        gradient = _step_gradient(self.stopping, self.model, new_params, bounds, result)
+        self.pending.append((xb, yb, warming_up, result.elbo, gradient))
+        counted = sum(1 for step in self.pending if not step[2])
+        return len(self.pending) >= self.check_every or counted >= self.stopping.steps_left_in_period()
+
+    def check(self, record, epoch):
+        """Read the pending steps' status and record them in ``record`` (an
+        :class:`_EpochRecord`), replaying them on the careful path after a raised flag.
+
+        Returns
+        -------
+        bool
+            Whether the stopping rule says the fit has converged.
+        """
+        if not self.pending:
+            return False
+        pending, self.pending = self.pending, []
+        raised = self.flags.take()
+        on_device = raised is not None and raised is not True
+        host = to_host(*[step[3] for step in pending], *([raised] if on_device else []))
+        if raised is True or (on_device and bool(host[-1])):
+            return self._replay(pending, record, epoch)
+        converged = False
+        for (_, _, warming_up, _, gradient), elbo in zip(pending, host):
+            converged = record.step(float(elbo), gradient, warming_up)
+        self.checkpoint = None
+        self.careful_span = 0
+        return converged
+
+    def discard(self):
+        """Go back to the last check (a KeyboardInterrupt within an interval): the model
+        is then that of the last recorded step."""
+        if self.checkpoint is not None:
+            self._restore(self.checkpoint)
+        self.pending, self.checkpoint = [], None
+        self.flags.take()
+
+    def _replay(self, pending, record, epoch):
+        self.n_replays += 1
+        self._restore(self.checkpoint)
+        self.checkpoint = None
+        self.careful_span = min(2 * self.careful_span or len(pending), MAX_CAREFUL_STEPS)
+        self.careful_left = self.careful_span
+        converged = False
+        for xb, yb, warming_up, _, _ in pending:
+            result, new_params, bounds = take_step(self.model, xb, yb, self.schedule, self.adam, warming_up, epoch)
+            gradient = _step_gradient(self.stopping, self.model, new_params, bounds, result)
+            converged = record.step(result.elbo, gradient, warming_up)
+        return converged
+
+    def _capture(self):
+        """What the steps of an interval change: the model's state, its Adam-moved
+        parameters and jitter, and the optimisers' counters and moments."""
+        model = self.model
+        return (model.state.copy(), {name: copy_array(v) for name, v in model.adam_params().items()},
+                [kernel.saved_hyperparameters() for kernel in model.kernels],
+                model.jitter, _attributes(self.schedule), _attributes(self.adam))
+
+    def _restore(self, checkpoint):
+        state, params, kernels, jitter, schedule, adam = checkpoint
+        # The kernels' own values (theta's would come back through exp(log v), not always
+        # to the last bit), then everything else Adam moves, which syncs the noise.
+        for kernel, saved in zip(self.model.kernels, kernels):
+            kernel.restore_hyperparameters(saved)
+        self.model.state = state
+        self.model.set_adam_params({name: value for name, value in params.items() if name != "theta"})
+        self.model.jitter = jitter
+        vars(self.schedule).update(_attributes_of(schedule))
+        vars(self.adam).update(_attributes_of(adam))
+
+
+def _attributes(obj):
+    """The attributes of ``obj`` with a shallow copy of each dict among them (Adam's
+    moments: their arrays are replaced at each step, never written)."""
+    return {name: dict(value) if isinstance(value, dict) else value for name, value in vars(obj).items()}
+
+
+def _attributes_of(saved):
+    """A fresh copy of saved attributes (a checkpoint may be restored more than once)."""
+    return {name: dict(value) if isinstance(value, dict) else value for name, value in saved.items()}
+
+
 def train(
     model, X, Y, *, batch_size, max_iter, stopping, schedule, adam, rng, verbose=0, history=None,
     callback=None, batches=None, warmup_steps=0, monitor_rows=None, steps_per_epoch=None,
+    check_every=CHECK_EVERY,
 ):
     """Fit ``model`` (a :class:`skgp_sparse.elbo.VariationalModel`) in place.
 
@@ -119,11 +330,20 @@ def train(
     are then not read, and ``steps_per_epoch``, if given, is the length of an epoch that
     ``verbose >= 2`` progress lines report (see :class:`Progress`).
 
+    Rows of a library other than numpy (a GPU's) keep each step's checks on the device
+    (:class:`DeferredSteps`): they are read with the steps' ELBO estimates at most every
+    ``check_every`` steps, at the end of each stopping period and of each epoch, and a
+    raised flag replays the steps since the last check on the careful path, so that
+    warnings, back-offs and errors are those of steps checked one at a time. numpy rows
+    check every step at once (their reads cost nothing), and so does every step with
+    ``check_every=None`` (the careful path alone).
+
     A KeyboardInterrupt (Ctrl-C) ends the fit at the last completed step: a step is
     computed in full before any parameter changes, and one interrupted while its new
-    parameters were being stored is undone, so the model is always that of a whole step.
-    ``history.interrupted`` is then True. An interrupt before the first step completes
-    is raised again (there is no fit to keep).
+    parameters were being stored is undone, so the model is always that of a whole step
+    (with checks on the device, the step of the last check). ``history.interrupted`` is
+    then True. An interrupt before the first step completes is raised again (there is no
+    fit to keep).
     """
     history = History() if history is None else history
     if batches is None:
@@ -133,54 +353,42 @@ def train(
     progress = Progress(verbose, start, model.rows_counted, steps_per_epoch)
     steps_before = history.n_steps
     monitor = None if monitor_rows is None else (lambda: model.sample_elbo(*monitor_rows) / model.rows_counted)
-    snapshot = None
+    deferred = None
     for _ in range(max_iter):
-        total, count, epoch_open = 0.0, 0, True
+        record = _EpochRecord(model, history, stopping, progress, monitor)
+        epoch, epoch_open, converged = history.n_epochs + 1, True, False
         try:
             for xb, yb in batches(rng):
-                result = model.evaluate(xb, yb)
-                _check_finite(result, history.n_epochs + 1)
-                new_state, _ = schedule.apply(lambda size: model.natural_step(result, size))
-                warming_up = history.n_steps - steps_before < warmup_steps
-                new_params = bounds = None
-                if not warming_up:
-                    bounds = model.adam_bounds()
-                    new_params = adam.step(model.adam_params(), result.grads, bounds,
-                                           rate_scales=model.adam_rate_scales(schedule.t - 1))
-                # The commit: two stores that must happen together (undone if interrupted).
-                snapshot = _snapshot(model)
-                model.state = new_state
-                if new_params is not None:
-                    model.set_adam_params(new_params)
-                snapshot = None
-                total += result.elbo
-                count += 1
-                history.n_steps += 1
-                progress.step(history.n_epochs + 1, count, total)
-                closed = False
-                if not warming_up:
-                    gradient = None
-                    if stopping.reads_gradient:
-                        gradient = hyperparameter_gradient(new_params, bounds, result.grads, model.rows_counted)
-                    closed = stopping.add(result.elbo / model.rows_counted, monitor, gradient)
-                if closed and stopping.converged():
-                    history.converged = True
+                if deferred is None and check_every is not None and checks_on_device(xb):
+                    deferred = DeferredSteps(model, schedule, adam, stopping, check_every)
+                steps_taken = history.n_steps - steps_before + (0 if deferred is None else len(deferred.pending))
+                warming_up = steps_taken < warmup_steps
+                if deferred is None or deferred.take_carefully():
+                    result, new_params, bounds = take_step(model, xb, yb, schedule, adam, warming_up, epoch)
+                    gradient = _step_gradient(stopping, model, new_params, bounds, result)
+                    converged = record.step(result.elbo, gradient, warming_up)
+                elif deferred.take(xb, yb, warming_up, epoch):
+                    converged = deferred.check(record, epoch)
+                if converged:
                     break
+            if deferred is not None and not converged:
+                converged = deferred.check(record, epoch)
             epoch_open = False
-            _close_epoch(model, history, total / count, progress, callback)
-            schedule.end_epoch(total / count / model.rows_counted)
-            if history.converged:
+            history.converged = history.converged or converged
+            _close_epoch(model, history, record.total / record.count, progress, callback)
+            schedule.end_epoch(record.total / record.count / model.rows_counted)
+            if converged:
                 break
         except KeyboardInterrupt:
-            if snapshot is not None:
-                _restore(model, snapshot)
+            if deferred is not None:
+                deferred.discard()
             if history.n_steps == steps_before:
                 raise
             history.interrupted = True
-            if epoch_open and count:
+            if epoch_open and record.count:
                 # The partial epoch counts: its mean ELBO is over the steps it completed.
                 history.n_epochs += 1
-                history.elbo.append(total / count)
+                history.elbo.append(record.total / record.count)
             break
     return history
 

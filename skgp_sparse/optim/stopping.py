@@ -108,6 +108,12 @@ class StoppingRule:
             self._gradient_sums = None
         return True
 
+    def steps_left_in_period(self):
+        """Steps :meth:`add` takes until it closes the current period (a caller that
+        reads steps in batches reads them by the period's end, when the period's figures
+        and the decision to stop are due)."""
+        return self.period_steps - self._count
+
     def rise_per_span(self):
         """Rise per span between the last two windows (None before there are two)."""
         w = self.window
