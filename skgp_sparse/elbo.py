@@ -250,7 +250,7 @@ class VariationalModel:
         var = self._per_latent_var(mean, var)
         Y, weights, var, extra = self._split(Y, var)
         ell, d_mean, d_var = self._weighted(weights, *self.likelihood.expected_log_lik(Y, mean, var, **extra))
-        d_mean, d_var = _in_float_of(mean, d_mean, d_var)
+        d_mean, d_var = in_float_of(mean, d_mean, d_var)
         elbo = _elbo_estimate(scale, xp.sum(ell), self.basis.kl_divergence(self.kernel, self.state, self.jitter, tape))
         if not need_grad:
             return BatchResult(elbo, {}, None, None, None)
@@ -439,7 +439,7 @@ def _elbo_estimate(scale, ell_sum, kl):
     return scale * xp.astype(ell_sum, wide) - (kl if isinstance(kl, (int, float)) else xp.astype(kl, wide))
 
 
-def _in_float_of(reference, *arrays):
+def in_float_of(reference, *arrays):
     """``arrays`` in the floating dtype of ``reference``. The likelihoods compute numpy
     inputs in float64 (O(B) work, more accurate quadrature); in a float32 fit their
     adjoints go back to the basis in float32, so that its O(B M^2) products stay there."""

@@ -147,7 +147,7 @@ def test_dask_input_streams_in_float32(kind):
 TRAINING_CODE = ("/bases/", "/kernels/", "/linalg/", "/elbo.py", "/optim/loop.py", "/optim/natural.py",
                  "/optim/adam.py")
 #: Where the likelihoods' float64 adjoints become float32 (the float64 inputs are its locals).
-CONVERSION = "_in_float_of"
+CONVERSION = "in_float_of"
 
 
 def _float64_matrices_in_training(fit):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import backend
-from ..elbo import BatchResult, VariationalModel, _in_float_of
+from ..elbo import BatchResult, VariationalModel, in_float_of
 from ..bases.toolkit import factor_kzz
 from ..linalg import inverse_cholesky_factor
 from .collapsed import joint_output_variances, lmc_collapsed_bound, optimal_q, projections
@@ -253,7 +253,7 @@ class MixedModel(VariationalModel):
     def _adjoints(self, Y, mean_f, var_f, weights, extra):
         """The expected log-likelihood (n, P) and its weighted adjoints in the output marginals."""
         ell, d_mean, d_var = self._weighted(weights, *self.likelihood.expected_log_lik(Y, mean_f, var_f, **extra))
-        d_mean, d_var = _in_float_of(mean_f, d_mean, d_var)
+        d_mean, d_var = in_float_of(mean_f, d_mean, d_var)
         return ell, d_mean, d_var
 
     def evaluate(self, X, Y, need_grad=True):
