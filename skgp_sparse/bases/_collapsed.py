@@ -40,8 +40,8 @@ import numpy as np
 
 from .. import backend as be
 from ..linalg import cho_solve, cholesky, jittered_cholesky_backward, mm, solve_triangular, sym_mm, tri_inverse, tri_mm
-from ..linalg import add_to_diagonal, diagonal, eye
-from .toolkit import cross_and_diagonal, factor_kzz, signed_gram
+from ..linalg import add_to_diagonal, diagonal, eye, weighted_gram
+from .toolkit import cross_and_diagonal, factor_kzz
 
 
 #: Where the folded form is used, as in the coupled basis's training steps (measured there):
@@ -92,10 +92,10 @@ def collapsed_bound(kernel, X, Y, beta, state, jitter):
     a = None
     if inv_low is None:
         a = solve_triangular(low_k, kzx)
-        b_minus_i = signed_gram(a, beta)
+        b_minus_i = weighted_gram(a, beta)
     else:
         # B - I = L_k^-1 (K_zx D K_xz) L_k^-T: one SYRK on K_zx instead of a TRSM and a SYRK.
-        b_minus_i = tri_mm(inv_low, tri_mm(inv_low, signed_gram(kzx, beta)), trans=True, right=True)
+        b_minus_i = tri_mm(inv_low, tri_mm(inv_low, weighted_gram(kzx, beta)), trans=True, right=True)
     low_b = cholesky(add_to_diagonal(b_minus_i, 1.0, xp))
     c = _whitened_shift(a, low_k, kzx, beta_row.T * Y)
     q_mean = cho_solve(low_b, c)

@@ -41,7 +41,6 @@ from .toolkit import (
     factor_kzz,
     join_output_columns,
     output_columns,
-    signed_gram,
     stack_blocks,
     tape_var_adjoint,
 )
@@ -61,14 +60,15 @@ from ..linalg import (
     inverse_cholesky_factor,
     jittered_cholesky_backward,
     mm,
-    pending_flags,
     outer_plus_scaled,
     outer_plus_scaled_difference,
+    pending_flags,
     same_values,
     solve_triangular,
     sym_mm,
     tri_inverse,
     tri_mm,
+    weighted_gram,
 )
 
 
@@ -197,7 +197,7 @@ class WhitenedTape(TapeBase):
         return mm(self.a, w, trans_a=True)
 
     def _gram(self, h):
-        return signed_gram(self.a, h)
+        return weighted_gram(self.a, h)
 
     @classmethod
     def of_features(cls, a, lt_a, mean):
@@ -243,7 +243,7 @@ class FoldedTape(TapeBase):
 
     def _gram(self, h):
         # A diag(h) A^T = L_k^-1 (K_zx diag(h) K_xz) L_k^-T
-        inner = tri_mm(self.inv_low, signed_gram(self.kzx, h), zeros_above=True)
+        inner = tri_mm(self.inv_low, weighted_gram(self.kzx, h), zeros_above=True)
         return tri_mm(self.inv_low, inner, trans=True, right=True, zeros_above=True)
 
     def whitened_grams_of_features(self, h_sum):
@@ -251,7 +251,7 @@ class FoldedTape(TapeBase):
         product, but a gram of one matrix, so semi-definite to rounding whatever
         cond(K_zz) and the scale of h (the natural step falls back to it)."""
         a = tri_mm(self.inv_low, self.kzx, zeros_above=True)
-        self.whitened_gram = [signed_gram(a, h_sum[:, c]) for c in range(h_sum.shape[1])]
+        self.whitened_gram = [weighted_gram(a, h_sum[:, c]) for c in range(h_sum.shape[1])]
         self.h_key = h_sum
         return self.whitened_gram
 

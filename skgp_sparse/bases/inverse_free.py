@@ -156,6 +156,7 @@ from ..linalg import (
     trace,
     tri_mm,
     tril_halved_diagonal,
+    weighted_gram,
 )
 
 #: Fields of the state that Adam moves when the inducing inputs are learned.
@@ -467,7 +468,7 @@ class _Tape:
     def data_grams(self, h):
         """Per covariance, W_h = K_zb diag(h_c) K_zb^T and T_c W_h T_c (cached for this h)."""
         if self._h_key is None or not (self._h_key is h or same_values(self._h_key, h)):
-            self._data = [_weighted_gram(self.kzx, h[:, c]) for c in range(h.shape[1])]
+            self._data = [weighted_gram(self.kzx, h[:, c]) for c in range(h.shape[1])]
             self._t_data_t = [_sym(mm(self.t(c), mm(d, self.t(c)))) for c, d in enumerate(self._data)]
             # The array itself (of tape_var_adjoint, never written): the next call with the
             # same adjoints passes the same array.
@@ -640,15 +641,6 @@ def kl_divergence(kernel, state, jitter, tape=None):
 
 
 # --- backward -------------------------------------------------------------------------
-def _weighted_gram(a, h):
-    """a diag(h) a^T (symmetric): one SYRK when h <= 0, as for every log-concave
-    likelihood (h = 1/2 E[d^2 log p / df^2]), otherwise a GEMM."""
-    xp = be.namespace(a, h)
-    if bool(xp.all(h <= 0.0)):
-        return -gram(a * xp.sqrt(-h))
-    return _sym(mm(a * h, a, trans_b=True))
-
-
 def backward(tape, state, d_mean, d_var, fields=("inducing",)):
     """Gradient of F(mean, var) - KL_b in the kernel hyperparameters, Z and the q fields.
 

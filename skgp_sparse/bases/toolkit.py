@@ -7,7 +7,7 @@ on its device.
 """
 
 from .. import backend as be
-from ..linalg import jittered_cholesky, weighted_gram
+from ..linalg import jittered_cholesky
 
 
 def blocks(stack):
@@ -50,13 +50,6 @@ def join_output_columns(parts, xp):
     """The (M, P) array whose columns are the parts of each covariance, in order (the
     inverse of :func:`output_columns`)."""
     return parts[0] if len(parts) == 1 else xp.concat(parts, axis=1)
-
-
-def signed_gram(a, h):
-    """A diag(h) A^T for A of shape (M, B) (:func:`skgp_sparse.linalg.weighted_gram`:
-    on numpy one SYRK when h has one sign, a scaled one when h is constant, a GEMM
-    otherwise; elsewhere one product, with no read of h)."""
-    return weighted_gram(a, h)
 
 
 def cross_and_diagonal(kernel, Z, X, need_grad):

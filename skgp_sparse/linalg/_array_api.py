@@ -103,15 +103,18 @@ def gram(a, trans):
     xp = be.namespace(a)
     a = xp.astype(a, be.working_float(xp, a), copy=False)
     g = xp.matrix_transpose(a) @ a if trans else a @ xp.matrix_transpose(a)
-    # Exactly symmetric, as SYRK's mirrored triangle is: keep the lower triangle only.
-    return xp.tril(g) + xp.matrix_transpose(xp.tril(g, k=-1))
+    return _mirrored_lower(g, xp)
 
 
 def weighted_gram(a, h):
     """``a @ diag(h) @ a.T`` by one ``matmul``, exactly symmetric; ``h`` is not read
     (its signs would decide between SYRKs on the host, a read on a device)."""
-    xp = be.namespace(a, h)
-    g = mm(a * h, a, False, True)
+    return _mirrored_lower(mm(a * h, a, False, True), be.namespace(a, h))
+
+
+def _mirrored_lower(g, xp):
+    """``g``'s lower triangle mirrored above its diagonal: exactly symmetric, as SYRK's
+    output is (a product's two triangles may differ in their last bits)."""
     return xp.tril(g) + xp.matrix_transpose(xp.tril(g, k=-1))
 
 
@@ -404,8 +407,7 @@ def cholesky_backward(low, low_bar, lt_low_bar, inv_low):
     if lt_low_bar is None:
         lt_low_bar = tri_mm(low, xp.tril(low_bar), xp, True, False)
     if inv_low is not None:
-        mirrored = xp.tril(lt_low_bar) + t(xp.tril(lt_low_bar, k=-1))
-        inner = tri_mm(inv_low, mirrored, xp, True, False, zeros_above=True)
+        inner = tri_mm(inv_low, _mirrored_lower(lt_low_bar, xp), xp, True, False, zeros_above=True)
         return 0.5 * tri_mm(inv_low, inner, xp, False, True, zeros_above=True)
     # Phi: the lower triangle with a halved diagonal.
     lower = xp.tril(lt_low_bar)

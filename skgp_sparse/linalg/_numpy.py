@@ -92,8 +92,7 @@ def gram(a, trans=False):
 
 def weighted_gram(a, h):
     """``a @ diag(h) @ a.T``: one SYRK when ``h`` has one sign, a scaled SYRK when it is
-    constant, a GEMM otherwise (the choice :func:`skgp_sparse.bases.toolkit.signed_gram`
-    made before this primitive held it)."""
+    constant, a GEMM otherwise."""
     if h.min() == h.max():
         return h[0] * gram(a)
     if np.all(h <= 0):
