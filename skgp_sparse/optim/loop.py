@@ -162,6 +162,14 @@ class _EpochRecord:
         return closed and self.stopping.converged()
 
 
+def _careful_step(record, xb, yb, schedule, adam, warming_up, epoch):
+    """One step checked at once (:func:`take_step`), recorded in ``record`` (an
+    :class:`_EpochRecord`); True when the stopping rule says the fit has converged."""
+    result, new_params, bounds = take_step(record.model, xb, yb, schedule, adam, warming_up, epoch)
+    gradient = _step_gradient(record.stopping, record.model, new_params, bounds, result)
+    return record.step(result.elbo, gradient, warming_up)
+
+
 def _step_gradient(stopping, model, new_params, bounds, result):
     """The hyperparameter gradient the stopping rule reads of a step (None when it reads
     none or the step was a warm-up)."""
@@ -264,9 +272,7 @@ class DeferredSteps:
         self.careful_left = self.careful_span
         converged = False
         for xb, yb, warming_up, _, _ in pending:
-            result, new_params, bounds = take_step(self.model, xb, yb, self.schedule, self.adam, warming_up, epoch)
-            gradient = _step_gradient(self.stopping, self.model, new_params, bounds, result)
-            converged = record.step(result.elbo, gradient, warming_up)
+            converged = _careful_step(record, xb, yb, self.schedule, self.adam, warming_up, epoch)
         return converged
 
     def _capture(self):
@@ -364,9 +370,7 @@ def train(
                 steps_taken = history.n_steps - steps_before + (0 if deferred is None else len(deferred.pending))
                 warming_up = steps_taken < warmup_steps
                 if deferred is None or deferred.take_carefully():
-                    result, new_params, bounds = take_step(model, xb, yb, schedule, adam, warming_up, epoch)
-                    gradient = _step_gradient(stopping, model, new_params, bounds, result)
-                    converged = record.step(result.elbo, gradient, warming_up)
+                    converged = _careful_step(record, xb, yb, schedule, adam, warming_up, epoch)
                 elif deferred.take(xb, yb, warming_up, epoch):
                     converged = deferred.check(record, epoch)
                 if converged:
