@@ -296,9 +296,16 @@ def projections(kernels, kernel_of_column, low_factors, Z, X):
 def joint_output_factors(A, W, joint_inverse_factor):
     """G_p = L_B^-1 [W[p, l] A_l]_l (L M, n) for each output p: the joint q's covariance of
     outputs p and q at rows n, n' is G_p[:, n]^T G_q[:, n']."""
+    return list(_output_factors(A, W, joint_inverse_factor))
+
+
+def _output_factors(A, W, joint_inverse_factor):
+    """The G_p of :func:`joint_output_factors`, one output at a time (a caller that
+    reduces each can drop it before the next is formed)."""
     m = A[0].shape[0]
     U = [mm(joint_inverse_factor[:, l * m : (l + 1) * m], A[l]) for l in range(len(A))]
-    return [sum(W[p, l] * U[l] for l in range(len(A))) for p in range(W.shape[0])]
+    for p in range(W.shape[0]):
+        yield sum(W[p, l] * U[l] for l in range(len(A)))
 
 
 def joint_output_variances(A, t, W, joint_inverse_factor):
@@ -310,16 +317,11 @@ def joint_output_variances(A, t, W, joint_inverse_factor):
     latents, M = 256, traced 208 MiB when every G_p of a chunk CHUNK_ENTRIES / (L M) rows
     wide was kept)."""
     xp = be.namespace(t)
-    n, (n_out, n_latent) = t.shape[0], W.shape
-    m = A[0].shape[0]
-    chunk = max(1, CHUNK_ENTRIES // (joint_inverse_factor.shape[0] * n_latent))
+    n = t.shape[0]
+    chunk = max(1, CHUNK_ENTRIES // (joint_inverse_factor.shape[0] * W.shape[1]))
     parts = []
     for begin in range(0, n, chunk):
         end = min(n, begin + chunk)  # array API slices stop inside the axis
-        U = [mm(joint_inverse_factor[:, l * m : (l + 1) * m], A[l][:, begin:end]) for l in range(n_latent)]
-        columns = []
-        for p in range(n_out):
-            g = sum(W[p, l] * U[l] for l in range(n_latent))
-            columns.append(xp.sum(g * g, axis=0))
-        parts.append(xp.stack(columns, axis=1))
+        factors = _output_factors([a[:, begin:end] for a in A], W, joint_inverse_factor)
+        parts.append(xp.stack([xp.sum(g * g, axis=0) for g in factors], axis=1))
     return t @ (W * W).T + xp.concat(parts, axis=0)
