@@ -583,11 +583,30 @@ def test_log_marginal_likelihood_takes_every_latent_kernels_theta():
     theta = np.concatenate([kernel.theta for kernel in reg.latent_kernels_])
     # The joint q's bound, the one fit stores (damped mean-field steps stopped 0.01 below).
     assert reg.log_marginal_likelihood(theta) == pytest.approx(reg.log_marginal_likelihood_value_, abs=1e-8)
-    with pytest.raises(ValueError, match="4 entries, the 2 latent kernels' thetas concatenated"):
+    with pytest.raises(ValueError, match=f"{theta.size} entries, the 2 latent kernels' thetas concatenated"):
         reg.log_marginal_likelihood(reg.kernel_.theta)
     reg.log_marginal_likelihood(theta + 0.1, clone_kernel=False)
     np.testing.assert_allclose([kernel.theta for kernel in reg.latent_kernels_], (theta + 0.1).reshape(2, -1))
-    np.testing.assert_allclose(reg.kernel_.theta, theta[:2] + 0.1)
+    np.testing.assert_allclose(reg.kernel_.theta, theta[: theta.size // 2] + 0.1)
+
+
+def test_default_kernel_fixes_its_amplitude_under_an_lmc_only():
+    # Under n_latent each column of W scales its latent, so the default kernel's amplitude
+    # stays at 1; independent outputs and a user's kernel keep theirs learnable.
+    X, Y = _data(n=40, n_outputs=2, missing=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lmc = SparseGPRegressor(n_latent=2, n_inducing=10, max_iter=5, random_state=0).fit(X, Y)
+        independent = SparseGPRegressor(n_inducing=10, max_iter=5, random_state=0).fit(X, Y)
+        given = SparseGPRegressor(kernel=ConstantKernel(2.0) * RBF(), n_latent=2, n_inducing=10, max_iter=5,
+                                  random_state=0).fit(X, Y)
+    for kernel in lmc.latent_kernels_:
+        assert kernel.k1.constant_value == 1.0
+        assert kernel.k1.hyperparameter_constant_value.fixed
+        assert kernel.theta.size == X.shape[1]
+    assert not independent.kernel_.k1.hyperparameter_constant_value.fixed
+    assert independent.kernel_.k1.constant_value != 1.0
+    assert all(kernel.k1.constant_value != 2.0 for kernel in given.latent_kernels_)
 
 
 def test_auto_noise_bounds_floor_each_output_at_1e_4_under_an_lmc_only():

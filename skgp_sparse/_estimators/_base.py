@@ -66,6 +66,11 @@ class SparseGPBase(BoundMethods, BaseEstimator):
     _DEFAULT_MATERN_NU = None
 
     # --- the model ------------------------------------------------------------------
+    def _default_kernel_learns_amplitude(self):
+        """Whether the default kernel (``kernel=None``) learns its amplitude; an
+        estimator whose outputs scale its latents fixes it."""
+        return True
+
     def _latent_noise_from_white(self):
         """Whether top-level WhiteKernel terms are white noise of the latent function
         (non-Gaussian likelihoods) rather than observation noise (Gaussian)."""
@@ -103,7 +108,8 @@ class SparseGPBase(BoundMethods, BaseEstimator):
             # Rows of zero weight are absent from the data: they place no inducing input.
             sample, sample_weight = sample[sample_weight > 0], sample_weight[sample_weight > 0]
         kernel = resolve_kernel(self.kernel, sample.shape[1], feature_scale(sample, sample_weight),
-                                matern_nu=self._DEFAULT_MATERN_NU)
+                                matern_nu=self._DEFAULT_MATERN_NU,
+                                learn_amplitude=self._default_kernel_learns_amplitude())
         if self.learn_inducing and not kernel.has_input_gradient:
             warn(
                 f"{type(self).__name__}: the kernel {kernel.to_sklearn()!r} has parts without an input "
