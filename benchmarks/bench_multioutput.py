@@ -105,13 +105,14 @@ def fit_ours(X, Y_nan, n_latent, n_inducing, batch_size, threads, random_state=0
     return predict, facts
 
 
-def fit_peer(X, Y_nan, n_latent, n_inducing, batch_size, threads, steps, lr, independent, **_):
-    """GPyTorch's LMC or independent multitask SVGP (:mod:`_gpytorch_multioutput`)."""
+def fit_peer(X, Y_nan, n_latent, n_inducing, batch_size, threads, steps, lr, independent, random_state=0, **_):
+    """GPyTorch's LMC or independent multitask SVGP (:mod:`_gpytorch_multioutput`), seeded
+    with ``random_state`` (its initial inducing inputs, LMC coefficients and shuffling)."""
     from _gpytorch_multioutput import fit_gpytorch_independent, fit_gpytorch_lmc
 
     fit = fit_gpytorch_independent if independent else fit_gpytorch_lmc
     res = fit(X, Y_nan, n_latent=n_latent, n_inducing=n_inducing, batch_size=batch_size, n_steps=steps,
-              lr=lr, seed=0, threads=threads)
+              lr=lr, seed=random_state, threads=threads)
     facts = dict(fit_s=res.fit_seconds, peak_mib=res.peak_mib, peak_method=res.peak_method,
                  iterations=res.n_steps, iteration_unit="steps", elbo_last=res.elbo_last, params=res.params)
     return res.predict, facts
@@ -239,7 +240,8 @@ def main():
     parser.add_argument("--exact-max-entries", type=int, default=3000,
                         help="fit the exact LMC GP only up to this many training entries")
     parser.add_argument("--exact-max-iter", type=int, default=200, help="L-BFGS-B iterations of the exact GP")
-    parser.add_argument("--random-state", type=int, default=0, help="our estimators' random_state")
+    parser.add_argument("--random-state", type=int, default=0,
+                        help="the random_state of our estimators and the seed of GPyTorch's models")
     parser.add_argument("--noise-floor", type=float, default=None,
                         help="our noise_variance_bounds=(FLOOR, 1e3) (default: the estimator's 'auto')")
     parser.add_argument("--no-isolate", action="store_true", help="run every fit in this process")
