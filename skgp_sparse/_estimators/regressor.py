@@ -84,8 +84,9 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         feature) and bounded to ``[1e-5 s, 1e5 s]`` (GaussianProcessRegressor's default is
         a fixed-amplitude RBF; on real data the Matern 5/2 was the more accurate, see
         docs/benchmarks.md, "The default kernel"). Under ``n_latent`` the default's
-        amplitude is fixed at 1, since the mixing matrix scales each latent. Hyperparameters with ``"fixed"`` bounds stay fixed
-        and the others stay within their bounds. A ``WhiteKernel`` term added at the top
+        amplitude is fixed at 1, since the mixing matrix scales each latent.
+        Hyperparameters with ``"fixed"`` bounds stay fixed and the others stay within
+        their bounds. A ``WhiteKernel`` term added at the top
         level (``k + WhiteKernel()``) is taken as the observation noise: it replaces
         ``noise_variance`` and its bounds, and ``kernel_`` reports the fitted level, as in
         :class:`~sklearn.gaussian_process.GaussianProcessRegressor`. Under the other
