@@ -232,7 +232,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
         # The variance adjoint differs between the latents, so a covariance per latent is the
         # richer family; one shared covariance is the cheaper one (one latent's work per step
         # for the covariance, whatever K). Measured on KEEL letter (26 classes, 18,000 rows,
-        # one thread): shared 1.1 s an epoch against 5.5 s, docs/benchmarks.md "Many classes
+        # one thread): shared 1.0 s an epoch against 6.7 s, docs/benchmarks.md "Many classes
         # with one covariance".
         n_latents = self._n_latents()
         return n_latents, (1 if self.class_covariance == "shared" else n_latents)
