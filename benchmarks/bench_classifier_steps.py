@@ -7,8 +7,9 @@ measures the classifier's step beside GPyTorch's in one process, so that a chang
 shows as a changed ratio:
 
 * ours: ``SparseGPClassifier`` (coupled basis, the default likelihoods: probit Bernoulli for
-  two classes, one latent GP per class with the robust-max likelihood for more), one step =
-  ELBO and gradients on a minibatch, the natural step on every q(u), Adam on the rest;
+  two classes, one latent GP per class with the default many-class likelihood for more, their
+  q(u) sharing one covariance unless ``--class-covariance per_class``), one step = ELBO and
+  gradients on a minibatch, the natural step on q(u), Adam on the rest;
 * GPyTorch: its SVGP classifier as in its examples, Cholesky q(u), Adam (lr 0.01) on
   everything; ``BernoulliLikelihood`` for two classes, C independent latent GPs with a
   ``SoftmaxLikelihood`` (no mixing) for C > 2. Inducing inputs shared by the classes, as ours.
@@ -50,14 +51,15 @@ def labels(X, n_classes):
     return np.digitize(X[:, 0], edges)
 
 
-def time_ours(X, y, Z0, batch, n_steps, n_warmup=3, seed=0):
-    """Median seconds of our classifier's training step (see the module's docstring)."""
+def time_ours(X, y, Z0, batch, n_steps, n_warmup=3, seed=0, params=None):
+    """Median seconds of our classifier's training step (see the module's docstring);
+    ``params``: more parameters of the classifier."""
     from skgp_sparse import SparseGPClassifier
     from skgp_sparse.optim.adam import Adam
     from skgp_sparse.optim.natural import NaturalStepSchedule
 
     est = SparseGPClassifier(n_inducing=len(Z0), inducing_init=Z0, batch_size=batch, max_iter=1,
-                             random_state=seed)
+                             random_state=seed, **(params or {}))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # one epoch does not converge; that is not measured
         est.fit(X, y)
@@ -146,6 +148,9 @@ def main():
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--n-steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--class-covariance", default=None,
+                        help="the classifier's class_covariance (default: its own default; a checkout "
+                             "before issue 35's session 17 has no such parameter)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "classifier_steps.json")
     args = parser.parse_args()
 
@@ -158,13 +163,14 @@ def main():
     rng = np.random.default_rng(0)
     X = rng.standard_normal((args.rows, 4))
     Z0 = X[np.sort(rng.choice(args.rows, args.n_inducing, replace=False))]
+    params = {} if args.class_covariance is None else {"class_covariance": args.class_covariance}
     rows = []
     for n_classes in args.classes:
         y = labels(X, n_classes)
         ours, peer = [], []
         for _ in range(args.repeats):  # interleaved: a change of load hits both
             with threadpool_limits(args.threads):
-                ours.append(time_ours(X, y, Z0, args.batch_size, args.n_steps))
+                ours.append(time_ours(X, y, Z0, args.batch_size, args.n_steps, params=params))
                 peer.append(time_gpytorch(X, y, Z0, args.batch_size, args.n_steps, args.threads))
         rows.append(dict(classes=n_classes, ours_ms=1e3 * min(ours), gpytorch_ms=1e3 * min(peer),
                          ratio=min(ours) / min(peer)))
@@ -174,7 +180,7 @@ def main():
     for r in rows:
         print(f"| {r['classes']} | {r['ours_ms']:.1f} | {r['gpytorch_ms']:.1f} | {r['ratio']:.2f} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    meta = dict(machine=platform.platform(), checkout=str(args.checkout), n_inducing=args.n_inducing,
+    meta = dict(machine=platform.platform(), checkout=str(args.checkout), params=params, n_inducing=args.n_inducing,
                 batch_size=args.batch_size, rows=args.rows, threads=args.threads, n_steps=args.n_steps,
                 repeats=args.repeats, date=time.strftime("%Y-%m-%dT%H:%M:%S"))
     args.out.write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))

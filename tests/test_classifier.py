@@ -64,11 +64,13 @@ def test_binary_accuracy_on_moons(likelihood):
     assert clf.loss_curve_[-1] > prior_at_most + 150
 
 
+@pytest.mark.parametrize("class_covariance, n_covariances", [("shared", 1), ("per_class", 4)])
 @pytest.mark.parametrize("likelihood", ["robustmax", "softmax"])
-def test_multiclass_predicts_every_class(likelihood):
+def test_multiclass_predicts_every_class(likelihood, class_covariance, n_covariances):
     X, y = blobs(500)
-    clf = small(likelihood=likelihood, max_iter=40).fit(X[:400], y[:400])
-    assert clf.variational_state_.q_sqrt.shape[0] == 4  # one covariance per class
+    clf = small(likelihood=likelihood, class_covariance=class_covariance, max_iter=40).fit(X[:400], y[:400])
+    assert clf.variational_state_.q_sqrt.shape[0] == n_covariances
+    assert clf.variational_state_.q_mean.shape[1] == 4  # one mean per class either way
     pred = clf.predict(X[400:])
     assert set(pred) == {0, 1, 2, 3}
     assert clf.score(X[400:], y[400:]) > 0.9
@@ -78,6 +80,24 @@ def test_multiclass_predicts_every_class(likelihood):
     np.testing.assert_array_equal(pred, clf.classes_[proba.argmax(axis=1)])
     mean, var = clf.latent_mean_and_variance(X[:5])
     assert mean.shape == var.shape == (5, 4)
+    if class_covariance == "shared":
+        # One covariance: every class has the same predictive variance at a row.
+        np.testing.assert_array_equal(var, np.broadcast_to(var[:, :1], var.shape))
+
+
+def test_class_covariance_plays_no_part_with_one_latent():
+    X, y = moons(200)
+    shared = small(max_iter=3).fit(X, y)
+    per_class = small(max_iter=3, class_covariance="per_class").fit(X, y)
+    assert per_class.variational_state_.q_sqrt.shape[0] == 1
+    np.testing.assert_array_equal(shared.predict_proba(X), per_class.predict_proba(X))
+
+
+def test_warm_start_keeps_the_covariances_of_the_fit_it_continues():
+    X, y = blobs(200, k=3)
+    clf = small(max_iter=2, warm_start=True, class_covariance="per_class").fit(X, y)
+    clf.set_params(class_covariance="shared").fit(X, y)
+    assert clf.variational_state_.q_sqrt.shape[0] == 3
 
 
 def test_auto_likelihood_and_latent_counts():
@@ -160,13 +180,14 @@ def test_warm_start_continues_and_needs_the_same_classes():
 
 
 # --- the maths with one covariance per latent -----------------------------------------
-def multi_latent_problem(likelihood, n=30, m=5, k=3, seed=0):
+def multi_latent_problem(likelihood, n=30, m=5, k=3, seed=0, shared=False):
     rng = np.random.default_rng(seed)
     X = rng.uniform(-2, 2, size=(n, 2))
     y = rng.integers(0, k, size=(n, 1)).astype(float)
-    state = coupled.init_state(rng.uniform(-2, 2, size=(m, 2)), n_outputs=k, n_covariances=k)
+    n_cov = 1 if shared else k
+    state = coupled.init_state(rng.uniform(-2, 2, size=(m, 2)), n_outputs=k, n_covariances=n_cov)
     state.q_mean = rng.standard_normal((m, k))
-    for c in range(k):
+    for c in range(n_cov):
         low = np.tril(0.2 * rng.standard_normal((m, m)))
         low[np.diag_indices(m)] = rng.uniform(0.4, 1.0, m)
         state.q_sqrt[c] = low
@@ -184,10 +205,51 @@ LIKELIHOODS = {
 }
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["per_class", "shared"])
 @pytest.mark.parametrize("name", sorted(LIKELIHOODS))
-def test_gradients_through_a_multiclass_likelihood_match_finite_differences(name):
-    model, X, Y = multi_latent_problem(LIKELIHOODS[name]())
+def test_gradients_through_a_multiclass_likelihood_match_finite_differences(name, shared):
+    model, X, Y = multi_latent_problem(LIKELIHOODS[name](), shared=shared)
     assert_adam_gradients_match(model, X, Y)
+
+
+@pytest.mark.parametrize("name", sorted(LIKELIHOODS))
+def test_natural_step_with_one_shared_covariance_is_the_expectation_gradient(name):
+    """The tied family q(u_k) = N(m_k, S): natural parameters (P m_k, -P/2), expectation
+    parameters (m_k, sum_k S + m_k m_k^T), so that with g_S = dELBO/dS (every latent's part)
+    the step moves -P/2 by step * g_S / K and P m_k by step * (dELBO/dm_k - 2 g_S m_k / K)."""
+    model, X, Y = multi_latent_problem(LIKELIHOODS[name](), n=20, m=3, shared=True)
+    state = model.state.copy()
+    k, m = state.q_mean.shape[1], state.q_mean.shape[0]
+    S0 = state.q_sqrt[0] @ state.q_sqrt[0].T
+
+    def elbo_at(q_mean, S):
+        model.state = coupled.CoupledState(state.inducing, q_mean, np.linalg.cholesky(S)[None])
+        return model.evaluate(X, Y, need_grad=False).elbo
+
+    step = 0.3
+    model.state = state.copy()
+    new = model.natural_step(model.evaluate(X, Y), step)
+    eps = 1e-5
+    g_S = np.zeros((m, m))  # symmetric gradient: dELBO = tr(g_S dS)
+    for i in range(m):
+        for j in range(i, m):
+            E = np.zeros((m, m))
+            E[i, j] = E[j, i] = 1.0
+            d = (elbo_at(state.q_mean, S0 + eps * E) - elbo_at(state.q_mean, S0 - eps * E)) / (2 * eps)
+            g_S[i, j] = g_S[j, i] = d if i == j else d / 2
+    P0 = np.linalg.inv(S0)
+    P1 = np.linalg.inv(new.q_sqrt[0] @ new.q_sqrt[0].T)
+    np.testing.assert_allclose(-0.5 * P1, -0.5 * P0 + step * g_S / k, rtol=1e-5, atol=1e-6)
+    for c in range(k):
+        g_mean = np.zeros(m)
+        for i, e in enumerate(np.eye(m)):
+            up, down = state.q_mean.copy(), state.q_mean.copy()
+            up[:, c] += eps * e
+            down[:, c] -= eps * e
+            g_mean[i] = (elbo_at(up, S0) - elbo_at(down, S0)) / (2 * eps)
+        mean0 = state.q_mean[:, c]
+        np.testing.assert_allclose(P1 @ new.q_mean[:, c], P0 @ mean0 + step * (g_mean - 2 * g_S @ mean0 / k),
+                                   rtol=1e-5, atol=1e-6, err_msg=f"latent {c}")
 
 
 @pytest.mark.parametrize("name", sorted(LIKELIHOODS))

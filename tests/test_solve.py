@@ -511,7 +511,8 @@ def test_regressor_fits_and_pickles(optimizer):
     np.testing.assert_array_equal(clone.predict(Xt[:5]), mean)
 
 
-def test_classifiers_fit_binary_and_multiclass():
+@pytest.mark.parametrize("class_covariance, n_covariances", [("shared", 1), ("per_class", 3)])
+def test_classifiers_fit_binary_and_multiclass(class_covariance, n_covariances):
     X, y = toy(300)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -519,10 +520,10 @@ def test_classifiers_fit_binary_and_multiclass():
                                     random_state=0).fit(X, (y > 0).astype(int))
         labels = (y > 0).astype(int) + (X[:, 1] > 1)
         multi = SparseGPClassifier(basis="solve", n_inducing=8, n_orthogonal=6, max_iter=40, batch_size=100,
-                                   random_state=0).fit(X, labels)
+                                   class_covariance=class_covariance, random_state=0).fit(X, labels)
     assert binary.score(X, (y > 0).astype(int)) > 0.8
     assert multi.score(X, labels) > 0.7
-    assert multi.variational_state_.q_sqrt_orthogonal.shape == (3, 6, 6)
+    assert multi.variational_state_.q_sqrt_orthogonal.shape == (n_covariances, 6, 6)
     proba = pickle.loads(pickle.dumps(multi)).predict_proba(X[:5])
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
     np.testing.assert_array_equal(proba, multi.predict_proba(X[:5]))
