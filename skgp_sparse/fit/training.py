@@ -16,6 +16,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from ..optim import Adam, NaturalStepSchedule, train
 from ..optim.fullbatch import optimal_q, optimise_collapsed
+from ..optim.pseudo import optimise_pseudo
 from ..optim.loop import History, hyperparameters, settle_variational
 from ..optim.stopping import MAX_GRADIENT_SNR, StoppingRule
 from .jitter import auto_jitter, smallest_noise
@@ -245,9 +246,13 @@ def search_hyperparameters(settings, plan, model, search_model, rows, Y, rng):
     search = search_model(model, model.n_data, False)
     fields = [name for name in model.basis.INDUCING_FIELDS if name in model.learn_fields]
     second_stage = bool(fields) and search.q_optimal_in_closed_form()
-    result = optimise_collapsed(search, X, Y, optimizer, settings.n_restarts_optimizer, rng,
-                                verbose=settings.verbose > 1, trust_region=True, tol=settings.tol,
-                                max_iter=SEARCH_FIRST_STAGE_MAX_ITER if second_stage else SEARCH_MAX_ITER)
+    max_iter = SEARCH_FIRST_STAGE_MAX_ITER if second_stage else SEARCH_MAX_ITER
+    if optimizer == "fmin_l_bfgs_b" and not search.q_optimal_in_closed_form() and search.takes_pseudo_observations():
+        result = optimise_pseudo(search, X, Y, settings.n_restarts_optimizer, rng, verbose=settings.verbose > 1,
+                                 max_iter=max_iter, tol=settings.tol)
+    else:
+        result = optimise_collapsed(search, X, Y, optimizer, settings.n_restarts_optimizer, rng,
+                                    verbose=settings.verbose > 1, trust_region=True, tol=settings.tol, max_iter=max_iter)
     model.set_adam_params(hyperparameters(search))
     if second_stage:
         search = search_model(model, model.n_data, True)
