@@ -7,9 +7,10 @@
 * ``pseudo``: the rounds of :mod:`skgp_sparse.optim.pseudo`, the hyperparameters searched
   on the collapsed bound of Gaussian pseudo-observations refreshed between rounds (the
   default since session 17);
-* ``pseudo:NAME=VALUE,...``: the rounds with constants of ``skgp_sparse.optim.pseudo`` set
-  (``ROUND_MAX_ITER``, ``ROUND_Q_STEPS``, ``MAX_ROUNDS``), for the measurements behind
-  their values.
+* ``ROUTE:NAME=VALUE,...``: a route with constants set, for the measurements behind
+  their values: of ``skgp_sparse.optim.pseudo`` by their names (``ROUND_MAX_ITER``,
+  ``ROUND_Q_STEPS``, ``STOP_RISE``), of ``skgp_sparse.fit.plan`` as ``plan.NAME``
+  (``plan.SEARCH_ROWS``).
 
 Each fit is ``SparseGPClassifier(n_inducing=256, batch_size=1024, random_state=0)`` on a
 90/10 split (stratified, ``--split-seed``) of KEEL ring, twonorm, spambase, magic, banana,
@@ -50,7 +51,7 @@ def settings_of(variant):
     if route not in ("damped", "pseudo"):
         raise ValueError(f"unknown route {route!r}")
     constants = dict(item.split("=") for item in spec.split(",") if item)
-    return route, {name: int(value) for name, value in constants.items()}
+    return route, {name: float(value) if "." in value else int(value) for name, value in constants.items()}
 
 
 def fit_variant(variant, X, Xt, y, yt):
@@ -60,14 +61,18 @@ def fit_variant(variant, X, Xt, y, yt):
     from skgp_sparse.likelihoods import BernoulliLikelihood
     from skgp_sparse.optim import pseudo
 
+    from skgp_sparse.fit import plan
+
     route, constants = settings_of(variant)
-    saved = {name: getattr(pseudo, name) for name in constants}
+    modules = {name: plan if name.startswith("plan.") else pseudo for name in constants}
+    constants = {(modules[name], name.removeprefix("plan.")): value for name, value in constants.items()}
+    saved = {key: getattr(*key) for key in constants}
     seconds = {}
     clf = SparseGPClassifier(n_inducing=256, batch_size=1024, random_state=0)
     try:
         BernoulliLikelihood.pseudo_observation_search = route == "pseudo"
-        for name, value in constants.items():
-            setattr(pseudo, name, value)
+        for (module, name), value in constants.items():
+            setattr(module, name, value)
         with timed_calls(pipeline, "search_hyperparameters", seconds), timed_calls(training, "train", seconds), \
                 threadpool_limits(1), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -77,8 +82,8 @@ def fit_variant(variant, X, Xt, y, yt):
             proba = clf.predict_proba(Xt)
     finally:
         BernoulliLikelihood.pseudo_observation_search = True
-        for name, value in saved.items():
-            setattr(pseudo, name, value)
+        for (module, name), value in saved.items():
+            setattr(module, name, value)
     return dict(accuracy=float(np.mean(clf.classes_[proba.argmax(axis=1)] == yt)),
                 log_loss=float(log_loss(yt, proba, labels=clf.classes_)), fit_s=fit_s,
                 search_s=seconds.get("search_hyperparameters", 0.0), stream_s=seconds.get("train", 0.0),

@@ -169,6 +169,16 @@ def test_a_round_whose_bound_falls_is_undone(monkeypatch):
     assert not np.allclose(model.kernel.theta, start)
 
 
+def test_restarts_keep_the_best_search():
+    """Each restart is a search of its own from a random start; the model is left at the
+    best one's end, with its bound."""
+    model, X, Y = bernoulli_problem(seed=6, random_q=False)
+    result = pseudo.optimise_pseudo(model, X, Y, 2, np.random.default_rng(0))
+    assert len(result.run_elbos) == 3 and len(set(result.run_elbos)) == 3
+    assert result.elbo == max(result.run_elbos)
+    assert np.isclose(model.evaluate(X, Y, need_grad=False).elbo, result.elbo, rtol=1e-12)
+
+
 def fit_routes(monkeypatch, **params):
     """The search routes a default-like binary fit takes (one entry per fresh search)."""
     routes = []

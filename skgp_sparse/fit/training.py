@@ -232,9 +232,9 @@ def search_hyperparameters(settings, plan, model, search_model, rows, Y, rng):
        without it in runs that differed only in thread count; banana 0.900 both ways).
        On the binary classifier's pseudo-observations (rounds of
        :func:`~skgp_sparse.optim.pseudo.optimise_pseudo` over the inducing inputs too) it
-       paid on one set of seven: spambase 92.2% to 93.7%, ring, twonorm, banana and nasscds
-       the same to a test row, magic and phoneme a row or two better, for 1.3 to 2.7 times
-       the search's time (measured once, one thread, on a shared machine).
+       paid clearly on one set of seven: spambase 92.2% to 93.7%, magic 88.96% to 89.27%,
+       phoneme one test row better, ring, twonorm, banana and nasscds unchanged, for 1.3 to
+       2.5 times the search's time (measured once, one thread, on a shared machine).
 
     ``plan.hand_over`` (a one-batch ``fit``): where the search ran on every row, the model also takes its
     q(u) and the returned :class:`StartPoint` says where the search left it (see

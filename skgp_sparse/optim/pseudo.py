@@ -41,7 +41,10 @@ ROUND_MAX_ITER = 4
 #: as accurate to a test row or two either way.
 ROUND_Q_STEPS = 4
 #: A round that raises the true bound by less than this many times ``tol`` nats per row
-#: ends the search.
+#: ends the search: the estimators' ``tol`` as it is. Looser stops were measured over the
+#: seven sets (one process per set, shared machine): 3 and 10 searched for 21.0 and 15.6 s
+#: in all against 27.8 s, but 10 lost two of ring's test rows and raised its log-loss from
+#: 0.0604 to 0.0652, and 3 raised spambase's from 0.197 to 0.213.
 STOP_RISE = 1.0
 #: A round whose true bound fell is undone, and the next one searches within a trust
 #: region this much smaller (:data:`~.fullbatch.TRUST_RADIUS` at first); below
