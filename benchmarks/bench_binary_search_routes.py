@@ -27,16 +27,13 @@ Results: one JSON line per fit on stdout and in ``--out`` (appended to).
 
 import argparse
 import json
-import time
-import warnings
 from pathlib import Path
 
 import numpy as np
 from sklearn.metrics import log_loss
-from threadpoolctl import threadpool_limits
 
 from _data import load_keel, load_nasscds
-from _ours import timed_calls
+from _ours import fit_by_phase
 
 SETS = ["ring", "twonorm", "spambase", "magic", "banana", "phoneme", "nasscds"]
 
@@ -57,37 +54,27 @@ def settings_of(variant):
 def fit_variant(variant, X, Xt, y, yt):
     """One fit of ``variant``, the route's settings restored after it."""
     from skgp_sparse import SparseGPClassifier
-    from skgp_sparse.fit import pipeline, training
+    from skgp_sparse.fit import plan
     from skgp_sparse.likelihoods import BernoulliLikelihood
     from skgp_sparse.optim import pseudo
-
-    from skgp_sparse.fit import plan
 
     route, constants = settings_of(variant)
     modules = {name: plan if name.startswith("plan.") else pseudo for name in constants}
     constants = {(modules[name], name.removeprefix("plan.")): value for name, value in constants.items()}
     saved = {key: getattr(*key) for key in constants}
-    seconds = {}
     clf = SparseGPClassifier(n_inducing=256, batch_size=1024, random_state=0)
     try:
         BernoulliLikelihood.pseudo_observation_search = route == "pseudo"
         for (module, name), value in constants.items():
             setattr(module, name, value)
-        with timed_calls(pipeline, "search_hyperparameters", seconds), timed_calls(training, "train", seconds), \
-                threadpool_limits(1), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            start = time.perf_counter()
-            clf.fit(X, y)
-            fit_s = time.perf_counter() - start
-            proba = clf.predict_proba(Xt)
+        proba, fit_s, search_s, stream_s = fit_by_phase(clf, X, y, Xt)
     finally:
         BernoulliLikelihood.pseudo_observation_search = True
         for (module, name), value in saved.items():
             setattr(module, name, value)
     return dict(accuracy=float(np.mean(clf.classes_[proba.argmax(axis=1)] == yt)),
                 log_loss=float(log_loss(yt, proba, labels=clf.classes_)), fit_s=fit_s,
-                search_s=seconds.get("search_hyperparameters", 0.0), stream_s=seconds.get("train", 0.0),
-                epochs=int(clf.n_iter_), converged=bool(clf.converged_))
+                search_s=search_s, stream_s=stream_s, epochs=int(clf.n_iter_), converged=bool(clf.converged_))
 
 
 def main():
