@@ -169,6 +169,16 @@ def test_restarts_keep_the_best_search():
     assert np.isclose(model.evaluate(X, Y, need_grad=False).elbo, result.elbo, rtol=1e-12)
 
 
+def test_with_nothing_to_search_q_goes_to_its_optimum():
+    model, X, Y = bernoulli_problem(seed=7)
+    model.learn_hyperparameters = False
+    theta = model.kernel.theta.copy()
+    result = pseudo.optimise_pseudo(model, X, Y, 0, np.random.default_rng(0))
+    assert result.n_iter == 0 and result.converged
+    np.testing.assert_array_equal(model.kernel.theta, theta)
+    assert np.isclose(result.elbo, settle(model, X, Y), rtol=1e-6)
+
+
 def fit_routes(monkeypatch, **params):
     """The search routes a default-like binary fit takes (one entry per fresh search)."""
     routes = []
@@ -183,7 +193,7 @@ def fit_routes(monkeypatch, **params):
     rng = np.random.default_rng(0)
     X = rng.standard_normal((300, 2))
     y = (X[:, 0] * X[:, 1] > 0).astype(int)
-    SparseGPClassifier(n_inducing=10, batch_size=100, max_iter=3, random_state=0, **params).fit(X, y)
+    SparseGPClassifier(**{**dict(n_inducing=10, batch_size=100, max_iter=3, random_state=0), **params}).fit(X, y)
     return routes
 
 
@@ -203,6 +213,11 @@ def test_latent_white_noise_or_a_callable_optimizer_keep_the_damped_search(monke
 
     monkeypatch.undo()
     assert fit_routes(monkeypatch, optimizer=optimizer) == ["optimise_collapsed"]
+
+
+def test_a_one_batch_fit_keeps_the_damped_search(monkeypatch):
+    """Where the search is the whole fit (every row in one batch) its tighter end stays."""
+    assert fit_routes(monkeypatch, batch_size=None) == ["optimise_collapsed"]
 
 
 def test_same_random_state_same_model():

@@ -250,7 +250,7 @@ def search_hyperparameters(settings, plan, model, search_model, rows, Y, rng):
     optimizer = settings.optimizer or "fmin_l_bfgs_b"
     search = search_model(model, model.n_data, False)
     fields = [name for name in model.basis.INDUCING_FIELDS if name in model.learn_fields]
-    pseudo = on_pseudo_observations(optimizer, search)
+    pseudo = not plan.hand_over and on_pseudo_observations(optimizer, search)
     second_stage = bool(fields) and search.q_optimal_in_closed_form()
     max_iter = SEARCH_FIRST_STAGE_MAX_ITER if second_stage else SEARCH_MAX_ITER
     if pseudo:
@@ -281,10 +281,20 @@ def search_hyperparameters(settings, plan, model, search_model, rows, Y, rng):
 
 
 def on_pseudo_observations(optimizer, search):
-    """Whether the exact search of ``search`` (its model) runs in rounds on Gaussian
+    """Whether the exact search of ``search`` (its model) can run in rounds on Gaussian
     pseudo-observations (:func:`~skgp_sparse.optim.pseudo.optimise_pseudo`): L-BFGS-B,
     a likelihood without a collapsed bound that asks for them (the binary classifier's),
-    a model that takes them. A user's optimiser gets the true bound (the damped search)."""
+    a model that takes them. A user's optimiser gets the true bound (the damped search).
+
+    The caller takes them only before a minibatch stream, which goes on from where the
+    search ends. The rounds stop once one raises the bound by less than ``tol`` nats per
+    row, which is looser than the damped search's plateau test (20 iterations). Where the
+    search ends a one-batch fit, the damped search's tighter end stays: on scikit-learn's
+    30-row classification case the rounds left a gradient of 0.18 in the log length
+    scale, against less than 0.05 from the damped search. Stopping the rounds only once
+    a round's L-BFGS-B also converges within its four iterations doubled the search on
+    the seven binary sets, and ring's and twonorm's streams then ran 49 and 62 epochs
+    along the ridge past where the search ended."""
     return optimizer == "fmin_l_bfgs_b" and not search.q_optimal_in_closed_form() and search.takes_pseudo_observations()
 
 

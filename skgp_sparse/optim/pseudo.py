@@ -20,7 +20,7 @@ true bound fell is undone, and the next searches within a smaller trust region.
 
 import numpy as np
 
-from .fullbatch import (INEXACT_Q_RTOL, TRUST_RADIUS, CollapsedObjective, SearchResult, lbfgs,
+from .fullbatch import (INEXACT_Q_RTOL, INEXACT_Q_START_STEPS, TRUST_RADIUS, CollapsedObjective, SearchResult, lbfgs,
                         optimal_q, random_start)
 
 #: Rounds at most (each: new pseudo-observations, a quasi-Newton search, q to its optimum).
@@ -105,6 +105,10 @@ def optimise_pseudo(model, X, Y, n_restarts, rng, scales=None, verbose=0, max_it
     first = _Snapshot.of(model)
     probe = PseudoObjective(model, X, model.pseudo_observations(X, Y), scales)
     initial = probe.initial()
+    if initial.size == 0:
+        # Nothing to search (fixed hyperparameters): q(u)'s optimum only.
+        bound = optimal_q(model, X, Y, exact=False, max_steps=INEXACT_Q_START_STEPS, rtol=INEXACT_Q_RTOL)
+        return SearchResult(bound, 0, True, 0, [bound])
     starts = [initial] + [random_start(probe.bounds, rng, initial) for _ in range(n_restarts)]
     runs, ends, evaluations = [], [], 0
     for k, start in enumerate(starts):
