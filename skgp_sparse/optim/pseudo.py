@@ -22,6 +22,7 @@ import numpy as np
 
 from .fullbatch import (INEXACT_Q_RTOL, INEXACT_Q_START_STEPS, TRUST_RADIUS, CollapsedObjective, SearchResult, lbfgs,
                         optimal_q, random_start)
+from .loop import hyperparameters
 
 #: Rounds at most (each: new pseudo-observations, a quasi-Newton search, q to its optimum).
 MAX_ROUNDS = 30
@@ -162,15 +163,16 @@ def _rounds(model, X, Y, scales, verbose, max_iter, trust_region, tol):
 
 
 class _Snapshot:
-    """A model's searched parameters, q(u) and jitter, to go back to."""
+    """A model's hyperparameters, state (q(u) and the inducing inputs) and jitter, to go
+    back to."""
 
     def __init__(self, params, state, jitter):
         self.params, self.state, self.jitter = params, state, jitter
 
     @classmethod
     def of(cls, model):
-        params = {name: np.array(value, copy=True) if isinstance(value, np.ndarray) else value
-                  for name, value in model.adam_params().items()}
+        # The hyperparameters live on the host (numpy); the state keeps its library.
+        params = {name: np.array(value, copy=True) for name, value in hyperparameters(model).items()}
         return cls(params, model.state.copy(), model.jitter)
 
     def restore(self, model):
