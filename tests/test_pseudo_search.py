@@ -125,7 +125,8 @@ def test_the_rounds_end_where_the_damped_search_does(link):
         bound = settle(model, X, Y)
         ends.append((bound, np.abs(model.evaluate(X, Y).grads["theta"]).max() / model.rows_counted))
     (damped_bound, _), (pseudo_bound, pseudo_slope) = ends
-    assert pseudo_bound > damped_bound - 1e-5 * abs(damped_bound)
+    # Within 1e-5 nats per row of the 150 counted (the flat length scale creeps on).
+    assert pseudo_bound > damped_bound - 1e-5 * 150
     assert pseudo_slope < 1e-3
     # At the start the slope is large: the test can tell a search that did not move.
     model, X, Y = bernoulli_problem(link, n=120, m=10, seed=4, random_q=False, noise=1.0)
