@@ -234,7 +234,8 @@ def search_hyperparameters(settings, plan, model, search_model, rows, Y, rng):
        :func:`~skgp_sparse.optim.pseudo.optimise_pseudo` over the inducing inputs too) it
        paid clearly on one set of seven: spambase 92.2% to 93.7%, magic 88.96% to 89.27%,
        phoneme one test row better, ring, twonorm, banana and nasscds unchanged, for 1.3 to
-       2.5 times the search's time (measured once, one thread, on a shared machine).
+       2.5 times the search's time (measured once, rounds of four iterations, one thread,
+       on a shared machine).
 
     ``plan.hand_over`` (a one-batch ``fit``): where the search ran on every row, the model also takes its
     q(u) and the returned :class:`StartPoint` says where the search left it (see
@@ -292,8 +293,8 @@ def on_pseudo_observations(optimizer, search):
     search ends a one-batch fit, the damped search's tighter end stays: on scikit-learn's
     30-row classification case the rounds left a gradient of 0.18 in the log length
     scale, against less than 0.05 from the damped search. Stopping the rounds only once
-    a round's L-BFGS-B also converges within its four iterations doubled the search on
-    the seven binary sets, and ring's and twonorm's streams then ran 49 and 62 epochs
+    a round's L-BFGS-B also converges within its iterations (four then) doubled the
+    search on the seven binary sets, and ring's and twonorm's streams then ran 49 and 62 epochs
     along the ridge past where the search ended."""
     return optimizer == "fmin_l_bfgs_b" and not search.q_optimal_in_closed_form() and search.takes_pseudo_observations()
 
