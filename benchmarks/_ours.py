@@ -255,3 +255,26 @@ def timed_calls(module, name, seconds):
         yield
     finally:
         setattr(module, name, original)
+
+
+def fit_by_phase(estimator, X, y, X_test):
+    """Fit ``estimator`` on one thread, warnings silenced, its wall time split into the
+    exact search that starts the fit and the minibatch stream.
+
+    Returns ``(proba, fit_s, search_s, stream_s)``: the predicted probabilities of
+    ``X_test`` (a classifier), the fit's seconds and those of its two phases."""
+    import warnings
+
+    from threadpoolctl import threadpool_limits
+
+    from skgp_sparse.fit import pipeline, training
+
+    seconds = {}
+    with timed_calls(pipeline, "search_hyperparameters", seconds), timed_calls(training, "train", seconds), \
+            threadpool_limits(1), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        start = time.perf_counter()
+        estimator.fit(X, y)
+        fit_s = time.perf_counter() - start
+        proba = estimator.predict_proba(X_test)
+    return proba, fit_s, seconds.get("search_hyperparameters", 0.0), seconds.get("train", 0.0)

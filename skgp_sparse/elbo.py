@@ -342,6 +342,83 @@ class VariationalModel:
             grads[field] = bound.field_bars[field]
         return BatchResult(elbo, grads, None, None, None)
 
+    def pseudo_observations(self, X, Y):
+        """The Gaussian pseudo-observations that stand for the likelihood at the current
+        q on the rows (X, Y), counted as all N (conjugate-computation VI, Khan & Lin 2017).
+
+        Each row's expected log-likelihood E_q[log p(y | f)], a function of its latent
+        marginal (mean m, variance v), is replaced by that of a Gaussian observation
+        ``t`` of f with precision ``beta`` plus a constant,
+
+            c - beta / 2 ((m - t)^2 + v),  beta = -2 dELL/dv,  t = m + (dELL/dm) / beta,
+
+        which has the same value and first derivatives in m and v at the current q. A
+        natural step of size one is the optimum of q under these observations; at q's
+        optimum they make the bound with q optimal of the Gaussian pseudo-model (the
+        collapsed bound) touch the true one with the same gradient in the hyperparameters.
+
+        Returns
+        -------
+        targets : array of shape (n, 1)
+        beta : array of shape (n,)
+            Per-row precisions, the rows' count (N / n, times the sample weight)
+            included. A row whose precision is not positive (an exhausted tail of a
+            log-concave likelihood) gets precision 0 and target m: it drops out.
+        constant : float
+            sum_i c_i: the pseudo-model's bound plus it is the ELBO at the current q.
+
+        Only for one latent function without latent white noise or known per-row noise
+        (:meth:`takes_pseudo_observations`).
+        """
+        xp = backend.namespace(X)
+        scale = self.n_data / X.shape[0]
+        mean, var, _ = self._marginals(X, need_grad=False)
+        Y, weights, var, extra = self._split(Y, var)
+        ell, d_mean, d_var = self._weighted(weights, *self.likelihood.expected_log_lik(Y, mean, var, **extra))
+        mean, d_mean, d_var = (xp.reshape(a, (-1,)) for a in in_float_of(mean, mean, d_mean, d_var))
+        var = xp.reshape(var, (-1,))
+        beta = -2.0 * scale * d_var
+        positive = beta > 0.0
+        safe = xp.where(positive, beta, xp.ones_like(beta))
+        targets = xp.where(positive, mean + scale * d_mean / safe, mean)
+        beta = xp.where(positive, beta, xp.zeros_like(beta))
+        quadratic = 0.5 * beta * ((mean - targets) ** 2 + var)
+        constant = scale * _total(ell) + _total(quadratic)
+        return xp.reshape(targets, (-1, 1)), beta, constant
+
+    def takes_pseudo_observations(self):
+        """Whether :meth:`pseudo_observations` and :meth:`pseudo_collapsed_evaluate`
+        answer: natural steps on a basis with a collapsed bound, a likelihood that asks
+        for them (``pseudo_observation_search``) of one latent function, and no latent
+        white noise or known per-row noise (which the pseudo-model's variance would
+        leave out)."""
+        return (
+            self.natural
+            and self.basis.has_collapsed_bound
+            and getattr(self.likelihood, "pseudo_observation_search", False)
+            and self.likelihood.n_latent == 1
+            and self.latent_noise is None
+            and not (self.layout is not None and self.layout.known_noise)
+        )
+
+    def pseudo_collapsed_evaluate(self, X, targets, beta, constant):
+        """The collapsed bound of the Gaussian pseudo-model of :meth:`pseudo_observations`
+        (``targets``, per-row precisions ``beta``, ``constant``) on the rows X, with q(u)
+        at its optimum there, and its gradient in the kernel's hyperparameters and the
+        learned inducing inputs (q(u) itself is not set).
+
+        Returns
+        -------
+        BatchResult
+            Without a tape or adjoints.
+        """
+        bound = self.basis.collapsed_bound(self.kernel, X, targets, beta, self.state, self.jitter)
+        self.jitter = max(self.jitter, bound.jitter)
+        grads = {"theta": bound.theta_bar}
+        for field in self.learn_fields:
+            grads[field] = bound.field_bars[field]
+        return BatchResult(constant + bound.value, grads, None, None, None)
+
     def _add_noise_gradient(self, grads, d_log_noise):
         """Send d ELBO / d log(noise variance) to the parameter that carries the noise: its
         own entry of ``grads`` when learned, or the WhiteKernel terms of ``grads["theta"]``."""

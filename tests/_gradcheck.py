@@ -17,6 +17,12 @@ def assert_adam_gradients_match(model, X, Y, eps=1e-6, rtol=1e-5, atol=1e-6, col
         def bound():
             return model.evaluate(X, Y, need_grad=False).elbo
 
+    assert_gradients_match(model, grads, bound, eps, rtol, atol)
+
+
+def assert_gradients_match(model, grads, bound, eps=1e-6, rtol=1e-5, atol=1e-6):
+    """Central differences of ``bound()`` in every parameter Adam moves against ``grads``
+    (a dict by parameter name), the model put back after each."""
     params = model.adam_params()
     for name, value in params.items():
         fd = np.zeros(np.shape(value))

@@ -39,6 +39,10 @@ class Likelihood:
     #: Whether the expected log-likelihood is quadratic in f, so that a natural step of
     #: size one on a full batch lands on the optimal q(u).
     conjugate = False
+    #: Whether the exact search that starts a fit runs on Gaussian pseudo-observations of
+    #: this likelihood (:mod:`skgp_sparse.optim.pseudo`); the others re-optimise q(u) by
+    #: damped natural steps at every evaluation (:mod:`skgp_sparse.optim.fullbatch`).
+    pseudo_observation_search = False
     #: Whether known per-row noise (``extra_noise``) adds to the observation noise here;
     #: under the other likelihoods the model adds it to the latent variance instead.
     takes_known_noise = False

@@ -59,6 +59,14 @@ class BernoulliLikelihood(Likelihood):
         Number of Gauss-Hermite nodes.
     """
 
+    #: The exact search that starts a fit moves the hyperparameters on the collapsed bound
+    #: of Gaussian pseudo-observations, refreshed between rounds
+    #: (:mod:`skgp_sparse.optim.pseudo`), rather than re-optimising q(u) by damped
+    #: natural steps at every evaluation (docs/benchmarks.md, "The binary search on
+    #: Gaussian pseudo-observations"). Both links are log-concave, so every row's
+    #: pseudo-precision is positive.
+    pseudo_observation_search = True
+
     def __init__(self, link="probit", n_points=20):
         if link not in ("probit", "logit"):
             raise ValueError(f"link must be 'probit' or 'logit', got {link!r}")

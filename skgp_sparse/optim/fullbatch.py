@@ -118,7 +118,7 @@ class CollapsedObjective:
     def initial(self):
         return self.packing.pack(self.model.adam_params())
 
-    def _move(self, vector):
+    def move(self, vector):
         """Set the model's parameters to ``vector`` (one more evaluation)."""
         self.model.set_adam_params(self.packing.unpack(np.asarray(vector, dtype=np.float64)))
         self.n_evaluations += 1
@@ -126,7 +126,7 @@ class CollapsedObjective:
     def set(self, vector):
         """Move the model to ``vector`` and to q(u)'s optimum there; the ELBO and gradients."""
         model = self.model
-        self._move(vector)
+        self.move(vector)
         if self.exact or model.collapses():
             land_on_optimal_q(model, self.X, self.Y)
         else:
@@ -139,7 +139,7 @@ class CollapsedObjective:
         :meth:`set` moves it), else through :meth:`set`."""
         if not self.model.collapses():
             return self.set(vector)
-        self._move(vector)
+        self.move(vector)
         return self.model.collapsed_evaluate(self.X, self.Y)
 
     def __call__(self, vector, eval_gradient=True):
@@ -279,7 +279,7 @@ def _is_flat(result, bounds, per_row, tol):
     return bool(slope.size == 0 or slope.max() < tol)
 
 
-def _lbfgs_run(obj_func, x, bounds, n_rows, verbose, max_iter, trust_region, tol, memory):
+def _lbfgs_run(obj_func, x, bounds, n_rows, verbose, max_iter, trust_region, tol, memory, radius=TRUST_RADIUS):
     """One search of :func:`lbfgs` from ``x``: ``(x, fun, n_iter, converged, message)``."""
     scale = 1.0 / float(n_rows) if trust_region else 1.0
 
@@ -292,7 +292,7 @@ def _lbfgs_run(obj_func, x, bounds, n_rows, verbose, max_iter, trust_region, tol
         # Each stage has its own plateau test: a stage that ends on its box's edge along a
         # flat direction (the length scale of an unused feature) goes on in the next.
         plateau = _Plateau(n_rows, verbose, scale, tol)
-        box = _box(x, bounds, TRUST_RADIUS) if trust_region else bounds
+        box = _box(x, bounds, radius) if trust_region else bounds
         # scipy's test on the projected gradient (1e-5) is for the summed bound: per row
         # it is 1e-5 / n_rows, or the search would stop short along flat directions.
         options = {"maxiter": int(max_iter - n_iter), "gtol": 1e-5 * scale, "maxcor": int(memory)}
@@ -322,7 +322,7 @@ def _lbfgs_run(obj_func, x, bounds, n_rows, verbose, max_iter, trust_region, tol
 
 
 def lbfgs(obj_func, initial, bounds, n_rows, verbose=0, max_iter=15000, trust_region=False,
-          tol=PLATEAU_RISE_PER_ROW, memory=10):
+          tol=PLATEAU_RISE_PER_ROW, memory=10, radius=TRUST_RADIUS):
     """GPR's default optimiser, L-BFGS-B on ``obj_func`` (value and gradient) within ``bounds``,
     for at most ``max_iter`` iterations in all, also stopped on a plateau of the bound: less
     than ``tol`` nats per row over :data:`PLATEAU_ITERATIONS` iterations.
@@ -339,15 +339,16 @@ def lbfgs(obj_func, initial, bounds, n_rows, verbose=0, max_iter=15000, trust_re
 
     A start outside ``bounds`` is moved into them first, as L-BFGS-B itself does.
     ``memory``: the number of past steps L-BFGS-B keeps (scipy's ``maxcor``; 10, its
-    default and GPR's, or the model's ``SEARCH_MEMORY``).
+    default and GPR's, or the model's ``SEARCH_MEMORY``). ``radius``: the trust region's
+    half-width (:data:`TRUST_RADIUS`).
 
     Returns ``(x, fun, n_iter, converged, message)`` with ``fun`` on the scale of
     ``obj_func``; ``message`` says why a search that did not converge ended."""
     x = _clipped_into(np.asarray(initial, dtype=np.float64), bounds)
-    run = _lbfgs_run(obj_func, x, bounds, n_rows, verbose, max_iter, trust_region, tol, memory)
+    run = _lbfgs_run(obj_func, x, bounds, n_rows, verbose, max_iter, trust_region, tol, memory, radius)
     stalled = not run[3] and run[2] < max_iter and not np.any(run[0] != x)
     if stalled and not trust_region:
-        again = _lbfgs_run(obj_func, x, bounds, n_rows, verbose, max_iter - run[2], True, tol, memory)
+        again = _lbfgs_run(obj_func, x, bounds, n_rows, verbose, max_iter - run[2], True, tol, memory, radius)
         run = (again[0], again[1], run[2] + again[2]) + again[3:]
     return run
 
@@ -364,7 +365,7 @@ class SearchResult:
     message: str = ""
 
 
-def _random_start(bounds, rng, initial):
+def random_start(bounds, rng, initial):
     """A restart as GPR draws it: uniform within the (log-space) bounds; unbounded entries keep their value."""
     start = initial.copy()
     for i, (low, high) in enumerate(bounds):
@@ -424,7 +425,7 @@ def optimise_collapsed(model, X, Y, optimizer, n_restarts, rng, scales=None, ver
         # Nothing to search (fixed hyperparameters and inducing inputs): q(u)'s optimum only.
         elbo = objective.set(initial).elbo
         return SearchResult(elbo, 0, True, objective.n_evaluations, [elbo])
-    starts = [initial] + [_random_start(objective.bounds, rng, initial) for _ in range(n_restarts)]
+    starts = [initial] + [random_start(objective.bounds, rng, initial) for _ in range(n_restarts)]
     runs = []
     for start in starts:
         if optimizer == "fmin_l_bfgs_b":
