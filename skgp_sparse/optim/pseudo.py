@@ -39,7 +39,9 @@ MAX_ROUNDS = 100
 #: for 20.1, 17.4 and 17.0 s, 2 as accurate as 4 on every set; 2 is not the default
 #: because the classifier it fits on tests/test_fit_trust.py's 80-row case
 #: (ConstantKernel * RBF) is one where log_marginal_likelihood's gradient is 7% off its
-#: finite differences (the damped q there is not the cause: 5,000 steps change nothing).
+#: finite differences (the damped q there is not the cause: 5,000 steps change nothing;
+#: the 20-node quadrature at that model's large latent variances is, see
+#: docs/benchmarks.md, "The binary search on Gaussian pseudo-observations").
 ROUND_MAX_ITER = 4
 #: Damped natural steps at most that bring q to its optimum under the true likelihood
 #: after a round's search, and at the search's start (from the previous round's q, or
