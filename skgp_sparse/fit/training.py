@@ -17,7 +17,7 @@ from sklearn.exceptions import ConvergenceWarning
 from ..optim import Adam, NaturalStepSchedule, train
 from ..optim.fullbatch import optimal_q, optimise_collapsed
 from ..optim.pseudo import optimise_pseudo
-from ..optim.loop import History, hyperparameters, settle_variational
+from ..optim.loop import History, ModelSnapshot, hyperparameters, settle_variational
 from ..optim.stopping import MAX_GRADIENT_SNR, StoppingRule
 from .jitter import auto_jitter, smallest_noise
 from . import plan as fit_plan
@@ -340,12 +340,10 @@ HAND_OVER_Q_STEPS = 100
 @dataclass
 class StartPoint:
     """Where the exact search left a model whose stream follows it: the bound there on every
-    training row, and the parameters and q(u) that reach it (see :func:`keep_the_better`)."""
+    training row, and the model there (see :func:`keep_the_better`)."""
 
     bound: float
-    params: dict
-    state: object
-    jitter: float
+    snapshot: ModelSnapshot
 
 
 def _hand_over(model, search, X, Y, every_row):
@@ -366,8 +364,7 @@ def _hand_over(model, search, X, Y, every_row):
     # the model's jitter (set for the noise the search found), not at the larger one that
     # some trial point of the search may have needed.
     bound = _take_search_q(model, search, X, Y, HAND_OVER_Q_STEPS)
-    return StartPoint(float(bound), {name: np.array(value, copy=True) for name, value in
-                                     hyperparameters(model).items()}, model.state.copy(), model.jitter)
+    return StartPoint(float(bound), ModelSnapshot.of(model))
 
 
 def keep_the_better(model, bound, start):
@@ -376,9 +373,7 @@ def keep_the_better(model, bound, start):
     Returns the bound of the model kept."""
     if start is None or bound is None or not bound < start.bound:
         return bound
-    model.set_adam_params(start.params)
-    model.state = start.state
-    model.jitter = start.jitter
+    start.snapshot.restore(model)
     return start.bound
 
 

@@ -410,6 +410,26 @@ def hyperparameters(model):
     return {name: value for name, value in model.adam_params().items() if name in HYPERPARAMETERS}
 
 
+class ModelSnapshot:
+    """A model's hyperparameters (host copies, as :func:`hyperparameters` gives them), its
+    state (q(u) and the inducing inputs, in their library) and its jitter, to go back to
+    (a search's round that lowered the bound, the end of a search a stream did not beat)."""
+
+    def __init__(self, params, state, jitter):
+        self.params, self.state, self.jitter = params, state, jitter
+
+    @classmethod
+    def of(cls, model):
+        params = {name: np.array(value, copy=True) for name, value in hyperparameters(model).items()}
+        return cls(params, model.state.copy(), model.jitter)
+
+    def restore(self, model):
+        """Put the model back; the snapshot stays valid for another restore."""
+        model.set_adam_params(self.params)
+        model.state = self.state.copy()
+        model.jitter = self.jitter
+
+
 def hyperparameter_gradient(params, bounds, grads, rows_counted):
     """The minibatch gradient per row of the hyperparameters as one numpy vector, zero
     where a parameter rests on a bound (its gradient pushes into the bound for good); None

@@ -22,7 +22,7 @@ import numpy as np
 
 from .fullbatch import (INEXACT_Q_RTOL, INEXACT_Q_START_STEPS, TRUST_RADIUS, CollapsedObjective, SearchResult, lbfgs,
                         optimal_q, random_start)
-from .loop import hyperparameters
+from .loop import ModelSnapshot
 
 #: Rounds at most (each: new pseudo-observations, a quasi-Newton search, q to its
 #: optimum), besides the search's ``max_iter``. The default classifier's searches on the
@@ -112,8 +112,10 @@ def optimise_pseudo(model, X, Y, n_restarts, rng, scales=None, verbose=0, max_it
         pseudo-model's searches.
     """
     optimal_q(model, X, Y, exact=False, max_steps=ROUND_Q_STEPS, rtol=INEXACT_Q_RTOL)
-    first = _Snapshot.of(model)
-    probe = PseudoObjective(model, X, model.pseudo_observations(X, Y), scales)
+    first = ModelSnapshot.of(model)
+    # The probe only packs the parameters and their bounds: the rounds take their own
+    # pseudo-observations.
+    probe = CollapsedObjective(model, X, None, scales, exact=False)
     initial = probe.initial()
     if initial.size == 0:
         # Nothing to search (fixed hyperparameters): q(u)'s optimum only.
@@ -129,7 +131,7 @@ def optimise_pseudo(model, X, Y, n_restarts, rng, scales=None, verbose=0, max_it
         run = _rounds(model, X, Y, scales, verbose, max_iter, trust_region, tol)
         evaluations += run[-1]
         runs.append(run)
-        ends.append(_Snapshot.of(model))
+        ends.append(ModelSnapshot.of(model))
     best = int(np.argmax([run[0] for run in runs]))
     ends[best].restore(model)
     elbo, n_iter, converged, message, _ = runs[best]
@@ -147,7 +149,7 @@ def _rounds(model, X, Y, scales, verbose, max_iter, trust_region, tol):
         if pseudo is None:
             pseudo = model.pseudo_observations(X, Y)
         objective = PseudoObjective(model, X, pseudo, scales)
-        before = _Snapshot.of(model)
+        before = ModelSnapshot.of(model)
         x, _, iterations, _, _ = lbfgs(objective, objective.initial(), objective.bounds, model.rows_counted, verbose,
                                        min(ROUND_MAX_ITER, max_iter - n_iter), trust_region, tol,
                                        model.SEARCH_MEMORY, radius=radius)
@@ -169,22 +171,3 @@ def _rounds(model, X, Y, scales, verbose, max_iter, trust_region, tol):
         if n_iter >= max_iter:
             return bound, n_iter, False, f"max_iter={max_iter} iterations", evaluations
     return bound, n_iter, False, f"{MAX_ROUNDS} rounds of pseudo-observations", evaluations
-
-
-class _Snapshot:
-    """A model's hyperparameters, state (q(u) and the inducing inputs) and jitter, to go
-    back to."""
-
-    def __init__(self, params, state, jitter):
-        self.params, self.state, self.jitter = params, state, jitter
-
-    @classmethod
-    def of(cls, model):
-        # The hyperparameters live on the host (numpy); the state keeps its library.
-        params = {name: np.array(value, copy=True) for name, value in hyperparameters(model).items()}
-        return cls(params, model.state.copy(), model.jitter)
-
-    def restore(self, model):
-        model.set_adam_params(self.params)
-        model.state = self.state.copy()
-        model.jitter = self.jitter
