@@ -330,17 +330,24 @@ class VariationalModel:
         variance = self.noise.value
         # One precision per row, in the rows' library, device and dtype.
         beta = xp.ones_like(X[:, 0]) * (counts / variance)
-        bound = self.basis.collapsed_bound(self.kernel, X, Y, beta, self.state, self.jitter)
-        self.jitter = max(self.jitter, bound.jitter)
+        bound, grads = self._collapsed_bound(X, Y, beta)
         n_outputs = Y.shape[1]
         total_count = scale * X.shape[0] if weights is None else float(xp.sum(counts))
         elbo = bound.value - 0.5 * n_outputs * total_count * float(np.log(2.0 * np.pi * variance))
-        grads = {"theta": bound.theta_bar}
         # Every precision is count / variance: d/d log(variance) scales each by -1.
         self._add_noise_gradient(grads, -bound.beta_scaling_bar - 0.5 * n_outputs * total_count)
+        return BatchResult(elbo, grads, None, None, None)
+
+    def _collapsed_bound(self, X, targets, beta):
+        """The basis's collapsed bound of Gaussian ``targets`` with per-row precisions
+        ``beta`` (the jitter raised to what it needed), and its gradient in the kernel's
+        hyperparameters and the learned inducing inputs."""
+        bound = self.basis.collapsed_bound(self.kernel, X, targets, beta, self.state, self.jitter)
+        self.jitter = max(self.jitter, bound.jitter)
+        grads = {"theta": bound.theta_bar}
         for field in self.learn_fields:
             grads[field] = bound.field_bars[field]
-        return BatchResult(elbo, grads, None, None, None)
+        return bound, grads
 
     def pseudo_observations(self, X, Y):
         """The Gaussian pseudo-observations that stand for the likelihood at the current
@@ -412,11 +419,7 @@ class VariationalModel:
         BatchResult
             Without a tape or adjoints.
         """
-        bound = self.basis.collapsed_bound(self.kernel, X, targets, beta, self.state, self.jitter)
-        self.jitter = max(self.jitter, bound.jitter)
-        grads = {"theta": bound.theta_bar}
-        for field in self.learn_fields:
-            grads[field] = bound.field_bars[field]
+        bound, grads = self._collapsed_bound(X, targets, beta)
         return BatchResult(constant + bound.value, grads, None, None, None)
 
     def _add_noise_gradient(self, grads, d_log_noise):
