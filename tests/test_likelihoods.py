@@ -114,6 +114,17 @@ def test_bernoulli_derivatives_match_finite_differences(link, var0, n_points):
 
 
 @pytest.mark.parametrize("link", ["probit", "logit"])
+def test_bernoulli_variance_derivative_is_negative_at_every_variance(link):
+    # The binary search's pseudo-observations take -2 d_var as a row's precision, and
+    # need it positive: log-concave links make the quadrature sum concave in f's spread.
+    mean = np.repeat(np.linspace(-30.0, 30.0, 61), 6)[:, None]
+    var = np.tile([0.0, 1e-3, 0.5, 30.0, 1e3, 1e5], 61)[:, None]
+    for label in (0.0, 1.0):
+        d_var = BernoulliLikelihood(link).expected_log_lik(np.full_like(mean, label), mean, var)[2]
+        assert np.all(d_var < 0.0)
+
+
+@pytest.mark.parametrize("link", ["probit", "logit"])
 def test_bernoulli_variance_derivative_is_continuous_at_its_small_variance_branch(link):
     # At and below the floor the variance derivative is 0.5 E[g''], above it the sum's
     # own derivative; where the rule is exact to rounding the switch must not show.

@@ -16,8 +16,8 @@ _SQRT2 = math.sqrt(2.0)
 #: Latent variance at and below which the variance derivative is 0.5 E[g''] rather than
 #: the derivative of the quadrature sum (see BernoulliLikelihood.expected_log_lik). Both
 #: links bend on a unit scale; at v = 1e-2 the two forms agree to 4e-15 on 20 nodes,
-#: while the sum's form in float32 has lost 1e-6 of its value to cancellation between
-#: the symmetric nodes (7e-5 at v = 1e-6).
+#: while the sum's form in float32 has lost up to 2e-6 of its value to cancellation
+#: between the symmetric nodes (up to 1.3e-4 at v = 1e-6).
 _SMALL_VAR = 1e-2
 
 
@@ -82,7 +82,8 @@ class BernoulliLikelihood(Likelihood):
     #: (:mod:`skgp_sparse.optim.pseudo`), rather than re-optimising q(u) by damped
     #: natural steps at every evaluation (docs/benchmarks.md, "The binary search on
     #: Gaussian pseudo-observations"). Both links are log-concave, so every row's
-    #: pseudo-precision is positive.
+    #: pseudo-precision -2 d_var is positive: d_var sums w_i x_i (g'(m + s x_i) -
+    #: g'(m - s x_i)) / s over the positive nodes (s = sqrt(2 v)), and g' decreases.
     pseudo_observation_search = True
 
     def __init__(self, link="probit", n_points=20):
