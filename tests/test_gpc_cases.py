@@ -162,9 +162,13 @@ def test_warning_bounds():
     # Issue 36: these bounds crashed the fit ("An upper bound is less than the corresponding
     # lower bound"): the kernels start outside them (length scale 1, noise level 1), and the
     # search drew its trust region around that start. The start is now moved into the
-    # bounds first, as L-BFGS-B moves it.
+    # bounds first, as L-BFGS-B moves it. On X as it is the bound is flat in the length
+    # scale below 1e-3 (neighbouring rows 0.34 apart do not correlate; its gradient there
+    # is 1e-8, rounding), so whether the fit ends on the bound depended on the sign of
+    # rounding error; on X scaled by 3e-3 the bound rises toward the upper bound (gradient
+    # 3.9 in the log length scale there), and the fit must end on it and say so.
     with pytest.warns(ConvergenceWarning, match="length_scale .* is at its upper bound 0.001"):
-        SparseGPClassifier(kernel=RBF(length_scale_bounds=[1e-5, 1e-3]), random_state=0).fit(X, y)
+        SparseGPClassifier(kernel=RBF(length_scale_bounds=[1e-5, 1e-3]), random_state=0).fit(3e-3 * X, y)
 
     kernel_sum = WhiteKernel(noise_level_bounds=[1e-5, 1e-3]) + RBF(length_scale_bounds=[1e3, 1e5])
     clf = quiet_fit(SparseGPClassifier(kernel_sum, inducing_init=X, batch_size=None, random_state=0), X, y)

@@ -4,7 +4,7 @@ and the preparation of a method's inputs in any array namespace."""
 import numpy as np
 from numpy.polynomial.hermite import hermgauss
 
-from .. import backend
+from .. import backend, linalg
 
 _INV_SQRT_PI = 1.0 / np.sqrt(np.pi)
 
@@ -47,3 +47,36 @@ def latent_nodes(nodes, mean, var, xp=np):
     mean = xp.reshape(mean, (-1, 1))
     spread = xp.sqrt(2.0 * xp.maximum(xp.reshape(var, (-1, 1)), 0.0))
     return mean + spread * nodes
+
+
+def variance_derivative(slope_moment, var, floor, half_curvature, *operands):
+    """Per-row derivative in v of the quadrature sum sum_i w_i g(m + sqrt(2 v) x_i).
+
+    It is sum_i w_i g'(f_i) x_i / sqrt(2 v), the exact derivative of the value the
+    likelihood reports, so that a gradient assembled from it matches finite differences
+    of the bound at any number of nodes. That form divides by sqrt(v), and cancels
+    between symmetric nodes as v shrinks, so rows with v <= ``floor`` take instead
+    d/dv E[g(f)] = 0.5 E[g''(f)] (Opper & Archambeau, 2009), which stays finite at v = 0;
+    below a floor where the quadrature is exact to rounding the two forms agree.
+
+    Parameters
+    ----------
+    slope_moment : array of shape (n,)
+        sum_i w_i g'(f_i) x_i per row, g' the derivative in f.
+    var : array of shape (n,) or (n, 1)
+        The rows' variances; negative ones count as zero.
+    floor : float
+        The variance at and below which a row takes ``half_curvature``.
+    half_curvature : callable
+        ``half_curvature(*row_operands)`` -> array of shape (k,): 0.5 E[g''(f)] of the
+        rows given, written in operators (:func:`skgp_sparse.linalg.update_rows`).
+    *operands : arrays whose first axis has length n
+
+    Returns
+    -------
+    array of shape (n,)
+    """
+    xp = backend.namespace(slope_moment)
+    var = xp.reshape(var, (-1,))
+    d_var = slope_moment / xp.sqrt(2.0 * xp.maximum(var, floor))
+    return linalg.update_rows(d_var, var <= floor, half_curvature, *operands)

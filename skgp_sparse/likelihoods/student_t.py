@@ -8,7 +8,7 @@ from scipy.special import betaln, digamma, gammainccinv, gammaincinv, gammaln, p
 from .. import backend, linalg
 from . import _special as special
 from ._base import Likelihood
-from ._quadrature import check_n_points, gauss_hermite, latent_nodes
+from ._quadrature import check_n_points, gauss_hermite, latent_nodes, variance_derivative
 
 LOG_2PI = np.log(2.0 * np.pi)
 # A Python float (array_api_strict refuses numpy scalars; float32 stays float32 with it).
@@ -205,16 +205,13 @@ class StudentTLikelihood(Likelihood):
         # g'(f) = (df + 1) (y - f) / (df scale^2 + (y - f)^2).
         d1 = (nu + 1.0) * resid / total
         d_mean = d1 @ w
-        small = var[:, 0] <= _SMALL_VAR * a2
-        root = xp.sqrt(2.0 * xp.maximum(var[:, 0], _SMALL_VAR * a2))
-        d_var = (d1 @ (w * nodes)) / root
 
         def half_mean_curvature(resid, total):
             # 0.5 E[g''(f)] with g''(f) = (df + 1) ((y - f)^2 - df scale^2) / total^2.
             return 0.5 * (((nu + 1.0) * (resid**2 - a2) / total**2) @ w)
 
-        # Rows of small variance only (usually none).
-        d_var = linalg.update_rows(d_var, small, half_mean_curvature, resid, total)
+        # Rows of small variance only (usually none) take half_mean_curvature.
+        d_var = variance_derivative(d1 @ (w * nodes), var, _SMALL_VAR * a2, half_mean_curvature, resid, total)
         return xp.reshape(ell, shape), xp.reshape(d_mean, shape), xp.reshape(d_var, shape)
 
     def d_log_params(self, y, mean, var):

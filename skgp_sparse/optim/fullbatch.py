@@ -107,9 +107,10 @@ class CollapsedObjective:
     line search to back off from.
     """
 
-    def __init__(self, model, X, Y, scales=None, exact=True):
+    def __init__(self, model, X, Y, scales=None, exact=True, q_steps=None):
         self.model, self.X, self.Y = model, X, Y
         self.exact = exact
+        self.q_steps = INEXACT_Q_STEPS if q_steps is None else int(q_steps)
         params = model.adam_params()
         self.packing = Packing.of(params, {} if scales is None else scales)
         self.bounds = _bounds_vector(self.packing, model.adam_bounds())
@@ -130,7 +131,7 @@ class CollapsedObjective:
         if self.exact or model.collapses():
             land_on_optimal_q(model, self.X, self.Y)
         else:
-            optimal_q(model, self.X, self.Y, exact=False, max_steps=INEXACT_Q_STEPS, rtol=INEXACT_Q_RTOL)
+            optimal_q(model, self.X, self.Y, exact=False, max_steps=self.q_steps, rtol=INEXACT_Q_RTOL)
         return model.evaluate(self.X, self.Y)
 
     def _bound(self, vector):
@@ -375,7 +376,7 @@ def random_start(bounds, rng, initial):
 
 
 def optimise_collapsed(model, X, Y, optimizer, n_restarts, rng, scales=None, verbose=0, max_iter=15000,
-                       trust_region=False, tol=PLATEAU_RISE_PER_ROW):
+                       trust_region=False, tol=PLATEAU_RISE_PER_ROW, q_steps=None):
     """Maximise the bound of ``model`` on (X, Y) with q(u) optimal, in place.
 
     Parameters
@@ -405,6 +406,9 @@ def optimise_collapsed(model, X, Y, optimizer, n_restarts, rng, scales=None, ver
     tol : float
         The search has converged when :data:`PLATEAU_ITERATIONS` iterations raise the
         bound by less than this many nats per row (or by L-BFGS-B's own tests).
+    q_steps : int, optional
+        Damped natural steps at most per evaluation where q(u) has no closed-form
+        optimum; :data:`INEXACT_Q_STEPS` by default.
 
     Returns
     -------
@@ -419,7 +423,7 @@ def optimise_collapsed(model, X, Y, optimizer, n_restarts, rng, scales=None, ver
         # onto the bounds (measured on KEEL ring: every length scale at 1e5, the bound at
         # -log 2 per row, the classifier at chance).
         optimal_q(model, X, Y, exact=False, max_steps=INEXACT_Q_START_STEPS, rtol=INEXACT_Q_RTOL)
-    objective = CollapsedObjective(model, X, Y, scales, exact=exact)
+    objective = CollapsedObjective(model, X, Y, scales, exact=exact, q_steps=q_steps)
     initial = objective.initial()
     if initial.size == 0:
         # Nothing to search (fixed hyperparameters and inducing inputs): q(u)'s optimum only.

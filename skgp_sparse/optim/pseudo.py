@@ -36,12 +36,11 @@ MAX_ROUNDS = 100
 #: search on Gaussian pseudo-observations") rounds of 8 and 4 iterations searched for
 #: 33.0 and 29.0 s in all, as accurate to a test row or two. Later, with a fall undone
 #: and the trust region shrunk (RADIUS_SHRINK), rounds of 4, 3 and 2 iterations searched
-#: for 20.1, 17.4 and 17.0 s, 2 as accurate as 4 on every set; 2 is not the default
-#: because the classifier it fits on tests/test_fit_trust.py's 80-row case
-#: (ConstantKernel * RBF) is one where log_marginal_likelihood's gradient is 7% off its
-#: finite differences (the damped q there is not the cause: 5,000 steps change nothing;
-#: the 20-node quadrature at that model's large latent variances is, see
-#: docs/benchmarks.md, "The binary search on Gaussian pseudo-observations").
+#: for 20.1, 17.4 and 17.0 s, 2 as accurate as 4 on every set. Once the Bernoulli
+#: variance derivative became that of its quadrature sum (docs/benchmarks.md, "The
+#: Bernoulli likelihood's variance derivative"), 2 and 4 took 58.8 and 63.6 s against
+#: 59.0 and 65.6 s over the seven sets in two runs each, and 2 lost six of spambase's
+#: test rows (92.83% against 93.48%), so 4 stayed.
 ROUND_MAX_ITER = 4
 #: Damped natural steps at most that bring q to its optimum under the true likelihood
 #: after a round's search, and at the search's start (from the previous round's q, or
