@@ -89,9 +89,14 @@ def stratified_kmeans_centres(X, labels, n_inducing, rng):
     for k, share in enumerate(class_shares(counts, n_inducing)):
         rows = distinct_rows(X[codes == k])
         parts.append(rows if rows.shape[0] <= share else kmeans_centres(rows, share, rng))
+    # The classes interleaved, each in proportion to its share, so that the first rows hold
+    # every class: a basis with a second set (n_orthogonal) takes the first n_inducing rows
+    # for one set and the rest for the other.
+    position = np.concatenate([(np.arange(len(part)) + 0.5) / len(part) for part in parts])
+    order = np.argsort(position, kind="stable")
     # Rows that appear in two classes can give one centre twice; a class with fewer distinct
     # rows than its share leaves points over: both are made up from the other rows.
-    centres = distinct_rows(np.vstack(parts))
+    centres = distinct_rows(np.vstack(parts)[order])
     if centres.shape[0] < n_inducing:
         extra = distinct_rows(np.vstack([centres, X]))[centres.shape[0] :]
         centres = np.vstack([centres, extra[: n_inducing - centres.shape[0]]])

@@ -396,3 +396,10 @@ def test_rows_of_zero_weight_place_no_inducing_input_in_their_class():
     Z = clf.inducing_points_[:, 0]
     in_class_1 = Z[(Z > 0.5) & (Z < 2.5)]
     assert in_class_1.size >= 5 and np.all(in_class_1 > 1.5)
+
+
+def test_both_sets_of_a_two_set_basis_hold_every_class():
+    X, y = wide_and_compact_classes(3)
+    clf = small(basis="orth_decoupled", n_inducing=15, n_orthogonal=15, learn_inducing=False, max_iter=1).fit(X, y)
+    assert points_per_class_region(clf.inducing_points_, 3) == [5, 5]
+    assert points_per_class_region(clf.orthogonal_points_, 3) == [5, 5]

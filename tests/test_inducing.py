@@ -62,3 +62,11 @@ def test_strata_change_only_kmeans_and_the_same_seed_gives_the_same_points():
     assert np.sum(first[:, 0] > 0.5) == 10
     random = initial_inducing(X, 20, "random", None, np.random.default_rng(1), strata=y)
     assert np.array_equal(random, initial_inducing(X, 20, "random", None, np.random.default_rng(1)))
+
+
+def test_the_classes_are_interleaved_so_that_every_prefix_holds_each_class():
+    # A basis with a second set takes the first n_inducing rows for one set and the rest for
+    # the other: each set must hold every class.
+    X, y = wide_and_compact()
+    Z = stratified_kmeans_centres(X, y, 20, np.random.default_rng(0))
+    assert [int(np.sum(Z[:n, 0] > 0.5)) for n in (2, 10, 20)] == [1, 5, 10]
