@@ -29,6 +29,7 @@ from sklearn.metrics import log_loss  # noqa: E402
 import skgp_sparse  # noqa: E402
 from skgp_sparse._estimators._common import latent_in_chunks  # noqa: E402
 from _data import load_keel  # noqa: E402
+from bench_many_classes import emit  # noqa: E402
 
 
 def main():
@@ -70,10 +71,7 @@ def main():
                load_after=os.getloadavg()[0], epochs=int(est.n_iter_), converged=bool(est.converged_),
                accuracy=float(np.mean(est.classes_[proba.argmax(1)] == yt)),
                log_loss=float(log_loss(yt, proba, labels=est.classes_)), curve=curve)
-    print(json.dumps(row), flush=True)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(json.dumps(row) + "\n")
+    emit(row, args.out)
 
 
 if __name__ == "__main__":

@@ -80,7 +80,8 @@ def stratified_kmeans_centres(X, labels, n_inducing, rng):
 
     Returns
     -------
-    ndarray of shape (n_inducing, D), distinct rows
+    ndarray of shape (n_inducing, D), distinct rows, the classes interleaved in proportion to
+    their shares (every leading block of rows holds each class)
     """
     classes, codes, counts = np.unique(labels, return_inverse=True, return_counts=True)
     if not 2 <= classes.size <= n_inducing:
