@@ -79,6 +79,15 @@ def load_average():
     return os.getloadavg()[0]
 
 
+def emit(row, out=None):
+    """Print ``row`` as one JSON line and, given ``out``, append it there (a long run keeps what
+    it measured)."""
+    print(json.dumps(row), flush=True)
+    if out:
+        with open(out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", nargs="+", default=["letter", "penbased", "satimage", "optdigits"])
@@ -98,10 +107,7 @@ def main():
                        **one_fit(name, kind, params, args.rows), load_after=load_average())
             if name in PAPER:
                 row["paper_coupled"] = PAPER[name]
-            print(json.dumps(row), flush=True)
-            if args.out:
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+            emit(row, args.out)
 
 
 if __name__ == "__main__":

@@ -15,10 +15,15 @@ MAX_ROWS = 20_000
 METHODS = ("kmeans", "greedy_variance", "random")
 
 
+def _sample_index(n_rows, rng, max_rows=MAX_ROWS):
+    """The rows (an index, or a slice of all) that the methods work on."""
+    if n_rows <= max_rows:
+        return slice(None)
+    return np.sort(rng.choice(n_rows, max_rows, replace=False))
+
+
 def _subsample(X, rng, max_rows=MAX_ROWS):
-    if X.shape[0] <= max_rows:
-        return X
-    return X[np.sort(rng.choice(X.shape[0], max_rows, replace=False))]
+    return X[_sample_index(X.shape[0], rng, max_rows)]
 
 
 def distinct_rows(X):
@@ -40,6 +45,63 @@ def kmeans_centres(X, n_inducing, rng):
         extra = distinct_rows(np.vstack([centres, sample]))[centres.shape[0] :]
         centres = np.vstack([centres, extra[: n_inducing - centres.shape[0]]])
     return centres
+
+
+def class_shares(counts, n_points):
+    """Points per class: one each, the rest in proportion to the class sizes (largest
+    remainders), ``n_points`` in all; needs ``n_points >= len(counts)``."""
+    counts = np.asarray(counts, dtype=np.float64)
+    ideal = (n_points - counts.size) * counts / counts.sum()
+    shares = np.floor(ideal).astype(int)
+    # Ties in the remainders go to the earlier class (a stable sort), so that the same
+    # data give the same points.
+    extra = np.argsort(-(ideal - shares), kind="stable")[: n_points - counts.size - shares.sum()]
+    shares[extra] += 1
+    return shares + 1
+
+
+def stratified_kmeans_centres(X, labels, n_inducing, rng):
+    """k-means centres within each class of ``labels``, ``class_shares`` points a class.
+
+    With one latent function per class every class needs inducing inputs where its own rows
+    lie; k-means over all rows places them by the density of X alone and can leave a small
+    or compact class with few (measured on KEEL letter, 26 classes, docs/benchmarks.md).
+    Falls back to :func:`kmeans_centres` of all rows when there are more classes than
+    points or only one class.
+
+    Parameters
+    ----------
+    X : ndarray of shape (N, D)
+    labels : ndarray of shape (N,)
+        The class (any sortable value) of each row.
+    n_inducing : int
+        Points wanted, fewer than the distinct rows of X.
+    rng : numpy Generator
+
+    Returns
+    -------
+    ndarray of shape (n_inducing, D), distinct rows, the classes interleaved in proportion to
+    their shares (every leading block of rows holds each class)
+    """
+    classes, codes, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    if not 2 <= classes.size <= n_inducing:
+        return kmeans_centres(distinct_rows(X), n_inducing, rng)
+    parts = []
+    for k, share in enumerate(class_shares(counts, n_inducing)):
+        rows = distinct_rows(X[codes == k])
+        parts.append(rows if rows.shape[0] <= share else kmeans_centres(rows, share, rng))
+    # The classes interleaved, each in proportion to its share, so that the first rows hold
+    # every class: a basis with a second set (n_orthogonal) takes the first n_inducing rows
+    # for one set and the rest for the other.
+    position = np.concatenate([(np.arange(len(part)) + 0.5) / len(part) for part in parts])
+    order = np.argsort(position, kind="stable")
+    # Rows that appear in two classes can give one centre twice; a class with fewer distinct
+    # rows than its share leaves points over: both are made up from the other rows.
+    centres = distinct_rows(np.vstack(parts)[order])
+    if centres.shape[0] < n_inducing:
+        extra = distinct_rows(np.vstack([centres, X]))[centres.shape[0] :]
+        centres = np.vstack([centres, extra[: n_inducing - centres.shape[0]]])
+    return centres[:n_inducing]
 
 
 def greedy_variance(X, n_inducing, kernel, rng):
@@ -82,7 +144,7 @@ def random_rows(X, n_inducing, rng):
     return X[np.sort(rng.choice(X.shape[0], n_inducing, replace=False))]
 
 
-def initial_inducing(X, n_inducing, method, kernel, rng):
+def initial_inducing(X, n_inducing, method, kernel, rng, strata=None):
     """Initial inducing inputs for ``inducing_init``.
 
     Parameters
@@ -93,6 +155,9 @@ def initial_inducing(X, n_inducing, method, kernel, rng):
     method : {"kmeans", "greedy_variance", "random"} or array of shape (M, D)
     kernel : compiled kernel, for "greedy_variance"
     rng : numpy Generator
+    strata : ndarray of shape (N,), optional
+        A class label per row: ``"kmeans"`` then places the points by
+        :func:`stratified_kmeans_centres`. The other methods ignore it.
 
     Returns
     -------
@@ -100,6 +165,11 @@ def initial_inducing(X, n_inducing, method, kernel, rng):
     """
     if not isinstance(method, str):
         return np.array(method, dtype=np.float64)
+    if strata is not None and method == "kmeans":
+        rows = _sample_index(X.shape[0], rng)
+        X, strata = X[rows], np.asarray(strata)[rows]
+        if distinct_rows(X).shape[0] > n_inducing:
+            return stratified_kmeans_centres(X, strata, n_inducing, rng)
     # Subsample before looking for distinct rows: np.unique(axis=0) of all rows would make
     # several copies of X (hundreds of MiB at a million rows).
     unique = distinct_rows(_subsample(X, rng))

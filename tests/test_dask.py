@@ -180,3 +180,16 @@ def test_grid_search_under_the_dask_joblib_backend_matches_sequential(client):
     best, runner_up = np.sort(scores)[::-1][:2]
     assert best - runner_up > 1e-6, "the best candidate must win by more than rounding"
     assert on_cluster.best_params_ == sequential.best_params_
+
+
+def test_a_streamed_many_class_fit_places_its_inducing_inputs_class_by_class(monkeypatch):
+    # The classes of the streamed sample's rows (DaskRows.of_sample) group its k-means, as
+    # in memory: with 600 of the 900 rows sampled, each class has a third of the 30 points.
+    from .test_classifier import points_per_class_region, wide_and_compact_classes
+
+    monkeypatch.setattr(fit_rows, "MAX_ROWS", 600)
+    X, y = wide_and_compact_classes(3)
+    clf = SparseGPClassifier(n_inducing=30, batch_size=128, max_iter=1, learn_inducing=False, random_state=0)
+    clf.fit(da.from_array(X, chunks=(200, 1)), da.from_array(y, chunks=200))
+    counts = points_per_class_region(clf.inducing_points_, 3)
+    assert all(9 <= c <= 11 for c in counts), counts

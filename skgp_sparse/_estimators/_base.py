@@ -102,11 +102,22 @@ class SparseGPBase(BoundMethods, BaseEstimator):
     def _restore_likelihood(self, model):
         """Put the fitted likelihood parameters back into a rebuilt model (none by default)."""
 
-    def _initial_model(self, sample, n_data, rng, sample_weight=None):
-        """A fresh model: kernel, inducing inputs from ``sample``, q(u) at the prior."""
+    def _inducing_strata(self, Y):
+        """Groups of the rows (one label per row of the targets ``Y``) within which
+        ``inducing_init="kmeans"`` places its own share of the points; None: all rows
+        as one."""
+        return None
+
+    def _initial_model(self, sample, n_data, rng, sample_weight=None, sample_targets=None):
+        """A fresh model: kernel, inducing inputs from ``sample`` (whose targets,
+        ``sample_targets``, may group its rows: :meth:`_inducing_strata`), q(u) at the
+        prior."""
+        strata = None if sample_targets is None else self._inducing_strata(sample_targets)
         if sample_weight is not None:
             # Rows of zero weight are absent from the data: they place no inducing input.
-            sample, sample_weight = sample[sample_weight > 0], sample_weight[sample_weight > 0]
+            present = sample_weight > 0
+            sample, sample_weight = sample[present], sample_weight[present]
+            strata = None if strata is None else strata[present]
         kernel = resolve_kernel(self.kernel, sample.shape[1], feature_scale(sample, sample_weight),
                                 matern_nu=self._DEFAULT_MATERN_NU,
                                 learn_amplitude=self._default_kernel_learns_amplitude())
@@ -120,7 +131,7 @@ class SparseGPBase(BoundMethods, BaseEstimator):
             )
         default = inspect.signature(type(self).__init__).parameters["n_inducing"].default
         Z = initial_inducing_points(self.inducing_init, self.n_inducing, self.n_orthogonal, sample, kernel, rng,
-                                    n_inducing_chosen=self.n_inducing != default)
+                                    n_inducing_chosen=self.n_inducing != default, strata=strata)
         # With fewer distinct rows than points asked for (clipped, with a warning), the
         # orthogonal set gives way first: the first set needs at least one point.
         n_orthogonal = min(self.n_orthogonal, Z.shape[0] - 1)
@@ -192,7 +203,7 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         if warm:
             model = self._fitted_model(rows.n_rows)
         else:
-            model = self._initial_model(rows.sample, rows.n_rows, rng, rows.sample_weights(weights))
+            model = self._initial_model(rows.sample, rows.n_rows, rng, rows.of_sample(weights), rows.of_sample(Y))
         model.layout, Y = self._layout(Y, weights, self._known_noise(rows.n_rows))
         result = run_fit(settings, model, rows, Y, rng, weights, search_model=None if warm else self._search_model,
                          steps_before=self.n_steps_ if warm else 0)
@@ -218,7 +229,7 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         n_seen = rows.n_rows + (0 if first else self.n_rows_seen_)
         n_total = check_n_data(n_data, n_seen)
         if first:
-            model = self._initial_model(rows.sample, n_total, rng, rows.sample_weights(weights))
+            model = self._initial_model(rows.sample, n_total, rng, rows.of_sample(weights), rows.of_sample(Y))
         else:
             model = self._fitted_model(n_total)
         model.layout, Y = self._layout(Y, weights, self._known_noise(rows.n_rows))

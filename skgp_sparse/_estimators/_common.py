@@ -134,11 +134,12 @@ def clipped_n_inducing(n_inducing, n_samples, chosen=True):
     return n_inducing
 
 
-def initial_inducing_points(init, n_inducing, n_orthogonal, X, kernel, rng, n_inducing_chosen=True):
+def initial_inducing_points(init, n_inducing, n_orthogonal, X, kernel, rng, n_inducing_chosen=True, strata=None):
     """The n_inducing + n_orthogonal initial inducing inputs (the basis splits them):
     ``init`` is the estimator's ``inducing_init``; ``n_inducing_chosen``: whether the user
     set ``n_inducing`` (a default adapts to small data and to the rows of an
-    ``inducing_init`` array without a word; a chosen value is checked against both)."""
+    ``inducing_init`` array without a word; a chosen value is checked against both);
+    ``strata``: a group per row of X for k-means (see :func:`skgp_sparse.inducing.initial_inducing`)."""
     if not isinstance(init, str):
         Z = np.asarray(init, dtype=np.float64)
         if Z.ndim != 2 or Z.shape[1] != X.shape[1] or Z.shape[0] <= n_orthogonal:
@@ -157,7 +158,7 @@ def initial_inducing_points(init, n_inducing, n_orthogonal, X, kernel, rng, n_in
         return Z
     chosen = n_inducing_chosen or n_orthogonal != 0
     n_points = clipped_n_inducing(n_inducing + n_orthogonal, X.shape[0], chosen)
-    return initial_inducing(X, n_points, init, kernel, rng)
+    return initial_inducing(X, n_points, init, kernel, rng, strata=strata)
 
 
 def generator_from(random_state):

@@ -43,7 +43,8 @@ SHARED_DOCS = {
         Initial inducing inputs: k-means centres, greedy maximum-variance rows (a partial
         pivoted Cholesky under the initial kernel), random distinct rows, or given points
         (with ``n_inducing`` at its default, the array's rows set it; a value you set must
-        match them).""",
+        match them). A classifier of more than two classes runs k-means within each class:
+        one point per class, the rest in proportion to the classes' sizes.""",
     "optimizer": """optimizer : "fmin_l_bfgs_b", callable or None, default="fmin_l_bfgs_b"
         The optimiser of the exact search of the hyperparameters that starts every fresh
         fit (the bound with q(u) optimal for each hyperparameter, on at most 2,048 random

@@ -107,7 +107,7 @@ def plan_fit(settings, model, rows, weights=None, fresh=True):
     search = fresh and starts_with_search(model, one_batch, collapsed)
     return _plan(model, rows, batch, one_batch, collapsed, search,
                  hand_over=search and one_batch, check_q=fresh and q_may_fall_short(model),
-                 x_scale=feature_scale(rows.sample, rows.sample_weights(weights)))
+                 x_scale=feature_scale(rows.sample, rows.of_sample(weights)))
 
 
 def plan_pass(settings, model, rows, weights=None, fresh=True, x_scale=None):
@@ -117,7 +117,7 @@ def plan_pass(settings, model, rows, weights=None, fresh=True, x_scale=None):
     batch = batch_rows(settings.batch_size, rows.n_rows, collapses=False)
     search = fresh and starts_with_search(model, False, False, streaming=True)
     if x_scale is None:
-        x_scale = feature_scale(rows.sample, rows.sample_weights(weights))
+        x_scale = feature_scale(rows.sample, rows.of_sample(weights))
     return _plan(model, rows, batch, False, False, search, hand_over=False, check_q=False, x_scale=x_scale)
 
 

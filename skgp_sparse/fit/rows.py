@@ -54,9 +54,10 @@ class Rows(abc.ABC):
         """A host array ``a`` (targets, state) as the training steps take it."""
         return a
 
-    def sample_weights(self, weights):
-        """The weights of the rows of ``sample`` (None when ``weights`` is None)."""
-        return weights
+    def of_sample(self, values):
+        """The entries of ``values`` (one per training row: weights, labels) at the rows
+        of ``sample`` (None when ``values`` is None)."""
+        return values
 
     @abc.abstractmethod
     def batches(self, Y, batch_size):
@@ -217,9 +218,10 @@ class DaskRows(Rows):
         """A host array ``a`` (targets, state) in the minibatches' dtype."""
         return np.asarray(a, dtype=self.dtype)
 
-    def sample_weights(self, weights):
-        """The weights of the rows of ``sample`` (None when ``weights`` is None)."""
-        return None if weights is None else weights[self.sample_rows]
+    def of_sample(self, values):
+        """The entries of ``values`` (one per training row: weights, labels) at the rows
+        of ``sample`` (None when ``values`` is None)."""
+        return None if values is None else values[self.sample_rows]
 
     def monitor_rows(self, Y, n_rows, rng):
         """None: a streamed fit has no fixed rows in memory to monitor (the stopping rule
