@@ -165,16 +165,14 @@ def initial_inducing(X, n_inducing, method, kernel, rng, strata=None):
     """
     if not isinstance(method, str):
         return np.array(method, dtype=np.float64)
-    if strata is not None and method == "kmeans":
-        rows = _sample_index(X.shape[0], rng)
-        X, strata = X[rows], np.asarray(strata)[rows]
-        if distinct_rows(X).shape[0] > n_inducing:
-            return stratified_kmeans_centres(X, strata, n_inducing, rng)
     # Subsample before looking for distinct rows: np.unique(axis=0) of all rows would make
     # several copies of X (hundreds of MiB at a million rows).
-    unique = distinct_rows(_subsample(X, rng))
+    rows = _sample_index(X.shape[0], rng)
+    unique = distinct_rows(X[rows])
     if unique.shape[0] <= n_inducing:
         return unique.astype(np.float64)
+    if method == "kmeans" and strata is not None:
+        return stratified_kmeans_centres(X[rows], np.asarray(strata)[rows], n_inducing, rng)
     if method == "kmeans":
         return kmeans_centres(unique, n_inducing, rng)
     if method == "greedy_variance":

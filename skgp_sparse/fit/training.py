@@ -251,7 +251,8 @@ def search_hyperparameters(settings, plan, model, search_model, rows, Y, rng):
     optimizer = settings.optimizer or "fmin_l_bfgs_b"
     search = search_model(model, model.n_data, False)
     fields = [name for name in model.basis.INDUCING_FIELDS if name in model.learn_fields]
-    pseudo = not plan.hand_over and on_pseudo_observations(optimizer, search)
+    binary_rounds = on_pseudo_observations(optimizer, search)
+    pseudo = binary_rounds and not plan.hand_over
     second_stage = bool(fields) and search.q_optimal_in_closed_form()
     max_iter = SEARCH_FIRST_STAGE_MAX_ITER if second_stage else SEARCH_MAX_ITER
     if pseudo:
@@ -260,7 +261,7 @@ def search_hyperparameters(settings, plan, model, search_model, rows, Y, rng):
     else:
         # A binary classifier's search that ends a one-batch fit settles q(u) further at
         # each evaluation (see ONE_BATCH_Q_STEPS).
-        q_steps = ONE_BATCH_Q_STEPS if plan.hand_over and on_pseudo_observations(optimizer, search) else None
+        q_steps = ONE_BATCH_Q_STEPS if binary_rounds else None
         result = optimise_collapsed(search, X, Y, optimizer, settings.n_restarts_optimizer, rng,
                                     verbose=settings.verbose > 1, trust_region=True, tol=settings.tol, max_iter=max_iter,
                                     q_steps=q_steps)
