@@ -102,6 +102,23 @@ def is_foreign(a):
     return False
 
 
+def on_device(value):
+    """Whether ``value`` is an array of a library other than numpy: a value a training loop
+    holds on its arrays' device (a hyperparameter, see
+    :meth:`skgp_sparse.kernels.CompiledKernel.set_theta`), not a host number, numpy array
+    or numpy scalar.
+
+    Parameters
+    ----------
+    value : object
+
+    Returns
+    -------
+    bool
+    """
+    return is_foreign(value) and not isinstance(value, np.generic)
+
+
 def is_array(value):
     """Whether ``value`` is an array this package computes with.
 

@@ -124,6 +124,9 @@ class VariationalModel:
         #: Layout of the target arrays handed to :meth:`evaluate` (targets only unless a
         #: fit sets per-row weights or known noise).
         self.layout = None
+        #: The dtype of the device rows a training loop holds the hyperparameters next
+        #: to (:meth:`hold_hyperparameters_on`), None while they are on the host.
+        self.device_rows_dtype = None
         self._sync_noise()
 
     @property
@@ -144,9 +147,11 @@ class VariationalModel:
     def adam_params(self):
         params = {}
         if self.learn_hyperparameters:
-            params["theta"] = self.kernel.theta
+            params["theta"] = self.kernel.held_theta
             if self.noise is not None and self.noise.learned:
-                params["log_noise"] = np.array([self.noise.log_value])
+                log_noise = self.noise.log_value
+                params["log_noise"] = backend.namespace(log_noise).reshape(log_noise, (1,)) \
+                    if backend.on_device(log_noise) else np.array([log_noise])
             if self._learns_likelihood():
                 params["likelihood"] = self.likelihood.log_params
         for field in self.learn_fields:
@@ -175,7 +180,9 @@ class VariationalModel:
         if "theta" in params:
             self.kernel.set_theta(params["theta"])
         if "log_noise" in params:
-            self.noise.log_value = float(params["log_noise"][0])
+            log_noise = params["log_noise"]
+            self.noise.log_value = backend.namespace(log_noise).reshape(log_noise, ()) \
+                if backend.on_device(log_noise) else float(log_noise[0])
         if "likelihood" in params:
             self.likelihood.set_log_params(params["likelihood"])
         for field in self.learn_fields:
@@ -194,7 +201,58 @@ class VariationalModel:
 
     def _sync_noise(self):
         if self.noise is not None:
-            self.likelihood.noise_variance = self.noise.value
+            value = self.noise.value
+            if backend.on_device(value) and value.dtype != self.device_rows_dtype:
+                # In the rows' dtype: a float64 noise would promote float32 rows.
+                value = backend.namespace(value).astype(value, self.device_rows_dtype)
+            self.likelihood.noise_variance = value
+
+    # --- hyperparameters on a device ------------------------------------------------------
+    def can_hold_hyperparameters_on_device(self):
+        """Whether a training loop on a device's arrays can move the hyperparameters by Adam
+        there (:meth:`hold_hyperparameters_on`): they are learned, the kernel can hold them
+        (:attr:`~skgp_sparse.kernels.CompiledKernel.holds_device_values`) and the noise is
+        its own log-parameter. Student-t's parameters and latent white noise keep their
+        gradients on the host (one packed read a step)."""
+        return (
+            self.learn_hyperparameters
+            and self.kernel.holds_device_values
+            and self.latent_noise is None
+            and not self._learns_likelihood()
+            and (self.noise is None or not self.noise.from_kernel)
+        )
+
+    def hold_hyperparameters_on(self, like):
+        """Hold the hyperparameters Adam moves on the device of the array ``like`` (float64
+        where the device has it), so that a training step reads nothing back: the kernel's
+        nodes and the noise then evaluate with device values, Adam's moments live there,
+        and :meth:`evaluate` returns their gradients there. Undone by
+        :meth:`hold_hyperparameters_on_host`.
+
+        Returns
+        -------
+        bool
+            Whether they moved (see :meth:`can_hold_hyperparameters_on_device`).
+        """
+        if not (backend.on_device(like) and self.can_hold_hyperparameters_on_device()):
+            return False
+        self.kernel.set_theta(self.kernel.theta_on(like))
+        if self.noise is not None and self.noise.learned:
+            xp, device = backend.namespace(like), backend.device_of(like)
+            self.noise.log_value = backend.to_namespace(
+                np.asarray(self.noise.log_value), xp, device=device, dtype=backend.widest_float(xp, device))
+        self.device_rows_dtype = like.dtype
+        self._sync_noise()
+        return True
+
+    def hold_hyperparameters_on_host(self):
+        """Bring the hyperparameters back to the host after :meth:`hold_hyperparameters_on`
+        (one read each of theta and the noise)."""
+        self.kernel.hold_on_host()
+        if self.noise is not None and backend.on_device(self.noise.log_value):
+            self.noise.log_value = float(backend.to_numpy(self.noise.log_value))
+        self.device_rows_dtype = None
+        self._sync_noise()
 
     # --- evaluation ------------------------------------------------------------------
     def _marginals(self, X, need_grad):
@@ -243,7 +301,8 @@ class VariationalModel:
         # Rows of another Array API library keep the data, the state and the state fields'
         # gradients there; the ELBO comes back as a float (within
         # linalg.deferred_checks it stays a 0-d array), and the hyperparameters' gradients
-        # as numpy in one transfer (the compiled kernel keeps its hyperparameters on the host).
+        # stay there where the training loop holds them there (hold_hyperparameters_on),
+        # else come to the host in one transfer.
         xp = backend.namespace(X)
         scale = self.n_data / X.shape[0]
         mean, var, tape = self._marginals(X, need_grad)
@@ -267,8 +326,10 @@ class VariationalModel:
         return BatchResult(elbo, grads, tape, d_mean, d_var)
 
     def _hyperparameter_grads(self, theta_bar, Y, mean, var, d_var, weights, extra, scale):
-        """The gradients of the hyperparameters Adam moves, on the host (where the
-        hyperparameters live), brought back from another library in one transfer."""
+        """The gradients of the hyperparameters Adam moves, where the hyperparameters are
+        held: on the device while a training loop holds them there
+        (:meth:`hold_hyperparameters_on`), else on the host, brought back from another
+        library in one transfer."""
         xp = backend.namespace(mean)
         latent_sum = noise_sum = likelihood_sums = 0.0
         if self.latent_noise is not None:
@@ -278,6 +339,12 @@ class VariationalModel:
         if self._learns_likelihood():
             per_row = self._weighted(weights, self.likelihood.d_log_params(Y, mean, var))[0]
             likelihood_sums = xp.sum(per_row, axis=0)
+        if self.device_rows_dtype is not None:
+            # Held on the device (hold_hyperparameters_on): the gradients stay there.
+            grads = {"theta": theta_bar}
+            if self.noise is not None and self.noise.learned:
+                grads["log_noise"] = xp.reshape(xp.astype(scale * noise_sum, theta_bar.dtype), (1,))
+            return grads
         theta_bar, latent_sum, noise_sum, likelihood_sums = backend.to_host(
             theta_bar, latent_sum, noise_sum, likelihood_sums)
         # A float64 copy (a few entries), which the noise gradients below update.

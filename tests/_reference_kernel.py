@@ -9,6 +9,12 @@ import numpy as np
 class ReferenceRBF:
     white_noise_level = 0.0
     white_noise_theta_index = []
+    #: A host kernel: a training loop on a device's arrays keeps its theta on the host.
+    holds_device_values = False
+
+    @property
+    def held_theta(self):
+        return self.theta
 
     def __init__(self, amplitude, length_scale):
         self.theta = np.log(np.r_[amplitude, np.atleast_1d(length_scale)]).astype(float)

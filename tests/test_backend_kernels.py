@@ -106,41 +106,54 @@ def _scale_of_theta_grad(k, A, B, K_bar):
 RTOL = {np.float32: 1e-5, np.float64: 1e-12}
 
 
+@pytest.mark.parametrize("held", [False, True], ids=["host_theta", "device_theta"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", list(KERNELS))
-def test_values_and_vjps_match_numpy(lib, name, dtype):
+def test_values_and_vjps_match_numpy(lib, name, dtype, held):
+    """``held``: the kernel on the device holds its theta there (a training loop's Adam
+    moves it there), so that its nodes evaluate with 0-d and 1-d device values."""
+    ref = compile_kernel(KERNELS[name]())
     k = compile_kernel(KERNELS[name]())
     A, B, rng = _data(dtype)
     rtol = RTOL[dtype]
     xA, xB = lib(A), lib(B)
+    if held:
+        k.set_theta(k.theta_on(xA))
+        assert be.on_device(k.held_theta)
     # values
-    close(lib.check(k(xA, xB), dtype), k(A, B), rtol)
-    close(lib.check(k(xA), dtype), k(A), rtol)
-    close(lib.check(k.diag(xA), dtype), k.diag(A), rtol)
+    close(lib.check(k(xA, xB), dtype), ref(A, B), rtol)
+    close(lib.check(k(xA), dtype), ref(A), rtol)
+    close(lib.check(k.diag(xA), dtype), ref.diag(A), rtol)
     # cross vjp
     K_bar = rng.normal(size=(A.shape[0], B.shape[0]))
     K, back = k.vjp(xA, xB)
-    close(lib.check(K, dtype), k(A, B), rtol)
+    close(lib.check(K, dtype), ref(A, B), rtol)
     theta_bar, A_bar = back(lib(K_bar))
-    ref_theta, ref_A = k.vjp(A, B)[1](K_bar)
+    ref_theta, ref_A = ref.vjp(A, B)[1](K_bar)
     theta_dtype = np.float64 if lib.name != "strict_no_float64" else np.float32
-    scale = max(np.max(np.abs(ref_theta), initial=0), _scale_of_theta_grad(k, A, B, K_bar))
+    scale = max(np.max(np.abs(ref_theta), initial=0), _scale_of_theta_grad(ref, A, B, K_bar))
     close(lib.check(theta_bar, theta_dtype), ref_theta, rtol, scale)
     close(lib.check(A_bar, dtype), ref_A, rtol)
     # gram vjp (a non-symmetric adjoint: both arguments are A)
     G_bar = rng.normal(size=(A.shape[0], A.shape[0]))
     G, back = k.vjp(xA)
-    close(lib.check(G, dtype), k(A), rtol)
+    close(lib.check(G, dtype), ref(A), rtol)
     theta_bar, A_bar = back(lib(G_bar))
-    ref_theta, ref_A = k.vjp(A)[1](G_bar)
-    scale = max(np.max(np.abs(ref_theta), initial=0), _scale_of_theta_grad(k, A, None, G_bar))
+    ref_theta, ref_A = ref.vjp(A)[1](G_bar)
+    scale = max(np.max(np.abs(ref_theta), initial=0), _scale_of_theta_grad(ref, A, None, G_bar))
     close(lib.check(theta_bar, theta_dtype), ref_theta, rtol, scale)
     close(lib.check(A_bar, dtype), ref_A, rtol)
     # diag vjp
     d_bar = rng.normal(size=A.shape[0])
     d, back = k.diag_vjp(xA)
-    close(lib.check(d, dtype), k.diag(A), rtol)
-    close(lib.check(back(lib(d_bar)), theta_dtype), k.diag_vjp(A)[1](d_bar), rtol)
+    close(lib.check(d, dtype), ref.diag(A), rtol)
+    close(lib.check(back(lib(d_bar)), theta_dtype), ref.diag_vjp(A)[1](d_bar), rtol)
+    if held:
+        # Back on the host: the same theta, host values again.
+        np.testing.assert_allclose(k.theta, ref.theta, rtol=1e-15)
+        k.hold_on_host()
+        assert isinstance(k.held_theta, np.ndarray)
+        close(k(A, B), ref(A, B), 1e-14)
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,9 @@
 """The training step keeps its checks on the device (issue 34).
 
 On rows of a library other than numpy, :func:`skgp_sparse.optim.loop.train` reads nothing
-of the device between two checks but what it must: the hyperparameters' gradients (the
-kernel keeps its hyperparameters on the host) in one packed transfer a step, and at each
-check the interval's ELBO estimates with its status flags in one more. Watched here:
+of the device between two checks: Adam moves the hyperparameters there too, and each
+check reads the interval's ELBO estimates, the stopping rule's hyperparameter gradients
+and the status flags in one packed transfer. Watched here:
 
 * on torch CPU tensors, under a dispatch mode that fails on any other read of a device
   value, on a data-dependent shape (``nonzero``, a boolean assignment) and on a copy of
@@ -253,15 +253,33 @@ def test_fixed_hyperparameters_read_the_device_once_per_check(lib, monkeypatch):
     assert packed.checks > 0 and packed.from_checks == packed.checks
 
 
-def test_learned_hyperparameters_add_one_packed_read_a_step(lib, monkeypatch):
-    """Learned hyperparameters (on the host) add one packed transfer of their gradients a
-    step; nothing else is read, and nothing of the host is copied (an isotropic length
-    scale is a Python number)."""
-    packed, _ = watched_fit(lib, monkeypatch)
-    watched_steps = 2 * STEPS - FIRST_STEPS
+@pytest.mark.parametrize("length_scale", [1.0, [1.0, 0.7, 1.3]], ids=["isotropic", "ard"])
+def test_learned_hyperparameters_stay_on_the_device_between_checks(lib, monkeypatch, length_scale):
+    """Adam moves learned hyperparameters on the device: a step reads nothing and copies
+    nothing of the host (a vector length scale included), and the stopping rule's
+    gradients travel in the checks' transfers."""
+    packed, _ = watched_fit(lib, monkeypatch, length_scale=length_scale)
     assert packed.replays == 0
-    assert packed.from_steps == watched_steps
-    assert packed.from_checks == packed.checks
+    assert packed.from_steps == 0
+    assert packed.checks > 0 and packed.from_checks == packed.checks
+
+
+def test_the_hyperparameters_come_back_to_the_host_after_the_loop(lib):
+    """After the loop the kernel, the noise and Adam's moments are host values again (the
+    fitted estimator pickles and predicts anywhere), and they moved during it."""
+    model = make_model(lib, length_scale=[1.0, 0.7, 1.3])
+    theta_before = model.kernel.theta
+    adam = Adam(0.01)
+    stopping = StoppingRule(-np.inf, 2, 4, STEPS)
+    train(model, None, None, batch_size=B, max_iter=1, stopping=stopping,
+          schedule=NaturalStepSchedule(0.1, conjugate=True, full_batch=False), adam=adam,
+          rng=np.random.default_rng(0), batches=epoch_batches(lib), warmup_steps=1)
+    assert isinstance(model.kernel.held_theta, np.ndarray)
+    assert isinstance(model.noise.log_value, float)
+    assert isinstance(model.likelihood.noise_variance, float)
+    assert all(isinstance(adam._m[name], np.ndarray) for name in ("theta", "log_noise"))
+    assert not np.allclose(model.kernel.theta, theta_before)
+    assert len(stopping.period_gradients) > 0
 
 
 def test_a_step_builds_at_most_its_budget_of_m_by_m_arrays(monkeypatch):

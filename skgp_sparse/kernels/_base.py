@@ -10,7 +10,8 @@ Every node of a compiled kernel answers one call,
 To keep constants and white noise from being expanded into full matrices and then
 multiplied or summed entry by entry, ``out`` comes in three kinds:
 
-* a Python float: every entry has that value ("scalar"),
+* a number: every entry has that value ("scalar"): a Python float, or a 0-d device
+  array while the kernel holds its hyperparameters on a device (see below),
 * a :class:`Diagonal`: ``value * I`` (only in gram mode: a WhiteKernel),
 * an ndarray: the dense ``(M, N)`` matrix, or the ``(M,)`` diagonal in diag mode.
 
@@ -30,8 +31,10 @@ other Array API library (CuPy, PyTorch, ``array_api_strict``; every node then ta
 Array API path). In the second case a dense ``out`` and every adjoint are arrays of that
 library on the inputs' device, a reduced adjoint is a 0-d array of it (not a Python
 float, which would synchronise with the device), and ``theta_bar`` is a 1-D array of it
-(float64 where the device has it). Scalar and :class:`Diagonal` outputs stay Python
-floats in both cases: they are hyperparameter values.
+(float64 where the device has it). Scalar and :class:`Diagonal` outputs are
+hyperparameter values: Python floats, or, while a training loop holds the hyperparameters
+on the inputs' device (:meth:`Leaf.load` of a device theta), 0-d arrays there, in the
+inputs' dtype (:func:`value_for`), so that no evaluation reads one back to the host.
 """
 
 import numpy as np
@@ -41,13 +44,21 @@ from .. import backend, linalg
 __all__ = ["Diagonal", "Leaf", "densify", "reduce_bar", "kind_of"]
 
 
+def value_for(value, like):
+    """A hyperparameter's value to combine with the array ``like``: a host number as it is,
+    a device value in ``like``'s dtype (a float64 value would promote float32 arrays)."""
+    if not backend.on_device(value) or value.dtype == like.dtype:
+        return value
+    return backend.namespace(value).astype(value, like.dtype)
+
+
 class Diagonal:
     """``value * I``: the Gram matrix of a WhiteKernel."""
 
     __slots__ = ("value",)
 
     def __init__(self, value):
-        self.value = float(value)
+        self.value = value if backend.on_device(value) else float(value)
 
     def __repr__(self):
         return f"Diagonal({self.value!r})"
@@ -79,8 +90,12 @@ def densify(out, shape, dtype, like=None):
         xp = backend.namespace(like)
         device = backend.device_of(like)
         if kind == SCALAR:
+            if backend.on_device(out):
+                # A device value fills no array (``full`` would read it on the host).
+                return xp.zeros(shape, dtype=dtype, device=device) + xp.astype(out, dtype)
             return xp.full(shape, out, dtype=dtype, device=device)
-        return out.value * xp.eye(shape[0], shape[1], dtype=dtype, device=device)
+        value = xp.astype(out.value, dtype) if backend.on_device(out.value) else out.value
+        return value * xp.eye(shape[0], shape[1], dtype=dtype, device=device)
     if kind == SCALAR:
         return np.full(shape, out, dtype=dtype)
     dense = np.zeros(shape, dtype=dtype)
@@ -140,13 +155,30 @@ class Leaf:
         self.refresh()
 
     def load(self, theta):
-        """Read this kernel's hyperparameters from the global (log) theta."""
+        """Read this kernel's hyperparameters from the global (log) theta.
+
+        A numpy theta gives host values (Python floats, numpy arrays for a vector length
+        scale). A theta of a device library (a training loop on its arrays keeps the
+        hyperparameters there, see :meth:`CompiledKernel.set_theta`) gives 0-d and 1-d
+        arrays on its device, so that no evaluation reads one back to the host.
+        """
+        device = not isinstance(theta, np.ndarray)
+        xp = backend.namespace(theta) if device else np
         for name, sl in self.slots.items():
             if sl is None:
                 continue
-            v = np.exp(theta[sl])
-            self.values[name] = float(v[0]) if v.size == 1 and np.ndim(self.values[name]) == 0 else v
+            v = xp.exp(theta[sl])
+            scalar = np.ndim(self.values[name]) == 0
+            if device:
+                self.values[name] = xp.reshape(v, ()) if scalar else v
+            else:
+                self.values[name] = float(v[0]) if v.size == 1 and scalar else v
         self.refresh()
+
+    def value(self, name, like):
+        """The value of hyperparameter ``name`` to combine with the array ``like`` (see
+        :func:`value_for`)."""
+        return value_for(self.values[name], like)
 
     def refresh(self):
         """Recompute derived quantities after the hyperparameters changed."""
@@ -155,11 +187,11 @@ class Leaf:
         """A copy of the hyperparameters as this node holds them, for
         :meth:`restore_hyperparameters` (``load`` of their theta computes ``exp(log v)``,
         which may differ from ``v`` in the last bit)."""
-        return {name: np.array(v, copy=True) if np.ndim(v) else v for name, v in self.values.items()}
+        return {name: _copied(v) for name, v in self.values.items()}
 
     def restore_hyperparameters(self, saved):
         """Hold again the hyperparameters of :meth:`saved_hyperparameters`."""
-        self.values = {name: np.array(v, copy=True) if np.ndim(v) else v for name, v in saved.items()}
+        self.values = {name: _copied(v) for name, v in saved.items()}
         self.refresh()
 
     def accumulate(self, theta_bar, name, grad):
@@ -170,3 +202,9 @@ class Leaf:
 
     def free(self, name):
         return self.slots[name] is not None
+
+
+def _copied(value):
+    """A copy of a host array value; a number or a device value as it is (device values
+    are replaced by :meth:`Leaf.load`, never written in place, so a reference keeps them)."""
+    return np.array(value, copy=True) if isinstance(value, np.ndarray) else value

@@ -191,6 +191,9 @@ class CompiledKernel:
         self._generic = []
         root, n_theta = self._build(self._sk, 0, top_sum=True)
         self._theta = np.array(self._sk.theta, dtype=np.float64).reshape(-1)
+        #: theta as an array of a device library while a training loop holds it there
+        #: (see :meth:`set_theta`); ``_theta`` is then its host copy, made when asked.
+        self._device_theta = None
         if n_theta != self._theta.size:  # would mean a bookkeeping bug, not a user error
             raise RuntimeError(f"theta bookkeeping mismatch: {n_theta} != {self._theta.size}")
         self._bounds = np.array(self._sk.bounds, dtype=np.float64).reshape(-1, 2)
@@ -236,6 +239,9 @@ class CompiledKernel:
     # ---------------------------------------------------------------- hyperparameters
     @property
     def theta(self):
+        if self._theta is None:
+            # The one read of a theta held on a device, when something asks for it.
+            self._theta = np.array(backend.to_numpy(self._device_theta), dtype=np.float64).reshape(-1)
         return self._theta.copy()
 
     @property
@@ -245,7 +251,7 @@ class CompiledKernel:
     @property
     def n_theta(self):
         """Number of log-hyperparameters."""
-        return self._theta.size
+        return self._bounds.shape[0]
 
     def set_theta(self, theta):
         """Set the log-hyperparameters (sklearn's ``theta`` order), in place.
@@ -253,13 +259,55 @@ class CompiledKernel:
         Parameters
         ----------
         theta : array-like of shape (n_theta,)
+            Host values; or a 1-D array of a device library (CuPy, torch,
+            ``array_api_strict``), which the kernel then holds there: its nodes evaluate
+            with device values and nothing is read back to the host until :attr:`theta`
+            is asked for (a training loop on a device's arrays moves the hyperparameters
+            by Adam there, see :meth:`theta_on`).
         """
-        theta = np.array(theta, dtype=np.float64).reshape(-1)
-        if theta.shape != self._theta.shape:
-            raise ValueError(f"theta has {theta.size} entries, the kernel has {self._theta.size}")
-        self._theta = theta
+        if backend.is_foreign(theta) and not isinstance(theta, np.generic):
+            if tuple(theta.shape) != (self.n_theta,):
+                raise ValueError(f"theta has shape {tuple(theta.shape)}, the kernel has {self.n_theta} entries")
+            self._theta, self._device_theta = None, theta
+        else:
+            theta = np.array(theta, dtype=np.float64).reshape(-1)
+            if theta.shape != (self.n_theta,):
+                raise ValueError(f"theta has {theta.size} entries, the kernel has {self.n_theta}")
+            self._theta, self._device_theta = theta, None
         for leaf in self._leaves:
             leaf.load(theta)
+
+    @property
+    def holds_device_values(self):
+        """Whether the kernel can hold its hyperparameters on a device (:meth:`set_theta`
+        of a device array): every node is compiled, and no WhiteKernel summand carries
+        the observation noise (a generic node evaluates through scikit-learn on the host,
+        and the noise taken out of the kernel is read as a host number)."""
+        return not self._generic and not self._white
+
+    @property
+    def held_theta(self):
+        """theta as the kernel holds it: the device array while it holds one (no read),
+        else a host copy (:attr:`theta`)."""
+        held = self._device_theta
+        return self.theta if held is None else held
+
+    def theta_on(self, like):
+        """theta as a 1-D array of ``like``'s library on its device, float64 where the
+        device has it: the one it holds there, or a copy of the host theta."""
+        held = self._device_theta
+        if held is not None and backend.namespace(held) is backend.namespace(like) \
+                and backend.device_of(held) == backend.device_of(like):
+            return held
+        xp = backend.namespace(like)
+        device = backend.device_of(like)
+        return backend.to_namespace(self.theta, xp, device=device, dtype=backend.widest_float(xp, device))
+
+    def hold_on_host(self):
+        """Bring a theta held on a device back to the host (one read): the nodes then hold
+        host values again, as outside a training loop."""
+        if self._device_theta is not None:
+            self.set_theta(self.theta)
 
     def saved_hyperparameters(self):
         """The hyperparameters as the kernel holds them, for :meth:`restore_hyperparameters`.
@@ -267,14 +315,17 @@ class CompiledKernel:
         Going back to them by :meth:`set_theta` of the saved theta would compute each as
         ``exp(log v)``, which may differ from ``v`` in its last bit; a training step that
         is replayed (see :class:`skgp_sparse.optim.loop.DeferredSteps`) must start from the
-        same values as the first time.
+        same values as the first time. A theta held on a device is kept by reference: it
+        is replaced, never written in place.
         """
-        return self._theta.copy(), [leaf.saved_hyperparameters() for leaf in self._leaves]
+        host = None if self._theta is None else self._theta.copy()
+        return host, self._device_theta, [leaf.saved_hyperparameters() for leaf in self._leaves]
 
     def restore_hyperparameters(self, saved):
         """Hold again the hyperparameters of :meth:`saved_hyperparameters`."""
-        theta, per_leaf = saved
-        self._theta = theta.copy()
+        theta, device_theta, per_leaf = saved
+        self._theta = None if theta is None else theta.copy()
+        self._device_theta = device_theta
         for leaf, values in zip(self._leaves, per_leaf):
             leaf.restore_hyperparameters(values)
 
@@ -284,7 +335,7 @@ class CompiledKernel:
         Every part keeps its class, user subclasses included, whether it was compiled
         or generic.
         """
-        return self._sk.clone_with_theta(self._theta.copy())
+        return self._sk.clone_with_theta(self.theta)
 
     @property
     def has_input_gradient(self):
@@ -385,7 +436,7 @@ class CompiledKernel:
         out, back_root = self._root.evaluate(A, B, mode, True)
         kind = kind_of(out)
         K = densify(out, shape, A.dtype)
-        n_theta = self._theta.size
+        n_theta = self.n_theta
         input_gradient = self.has_input_gradient
 
         def back(K_bar):
@@ -426,7 +477,7 @@ class CompiledKernel:
             d_bar = np.asarray(d_bar)
             if d_bar.shape != (n,):
                 raise ValueError(f"d_bar has shape {d_bar.shape}, expected {(n,)}")
-            theta_bar = np.zeros(self._theta.size)
+            theta_bar = np.zeros(self.n_theta)
             back_root(reduce_bar(d_bar, kind), theta_bar)
             return theta_bar
 
@@ -454,7 +505,7 @@ class CompiledKernel:
 
     def _theta_bar_xp(self, xp, A):
         device = backend.device_of(A)
-        return xp.zeros(self._theta.size, dtype=backend.widest_float(xp, device), device=device)
+        return xp.zeros(self.n_theta, dtype=backend.widest_float(xp, device), device=device)
 
     @staticmethod
     def _adjoint_xp(bar, xp, shape, name):

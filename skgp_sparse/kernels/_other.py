@@ -23,7 +23,7 @@ class ConstantNode(Leaf):
     """``k(a, b) = constant_value``; ``d K / d log c = c`` for every entry."""
 
     def evaluate(self, A, B, mode, grad):
-        c = self.values["constant_value"]
+        c = self.value("constant_value", A)
         if not grad:
             return c, None
 
@@ -42,7 +42,7 @@ class WhiteNode(Leaf):
     """
 
     def evaluate(self, A, B, mode, grad):
-        noise = self.values["noise_level"]
+        noise = self.value("noise_level", A)
         if mode == "cross":
             return 0.0, (_none if grad else None)
         out = Diagonal(noise) if mode == "gram" else noise
@@ -61,7 +61,7 @@ class DotProductNode(Leaf):
     """``k(a, b) = sigma_0^2 + a . b``; ``d K / d log sigma_0 = 2 sigma_0^2``."""
 
     def evaluate(self, A, B, mode, grad):
-        s2 = self.values["sigma_0"] ** 2
+        s2 = self.value("sigma_0", A) ** 2
         if not isinstance(A, np.ndarray):
             return self._evaluate_xp(A, B, mode, grad, s2)
         if mode == "diag":

@@ -30,7 +30,7 @@ from .. import backend
 from ..linalg import mm
 from . import _array_api as X
 from . import _profiles as P
-from ._base import Leaf
+from ._base import Leaf, value_for
 
 __all__ = ["Stationary", "GenericMatern", "make_rbf", "make_matern", "make_rq", "make_expsine"]
 
@@ -83,9 +83,10 @@ class Stationary(Leaf):
         else:
             ls = self.values[self.scale_name]
             self.ard = np.ndim(ls) == 1
-            self.inv_l = 1.0 / np.atleast_1d(np.asarray(ls, dtype=np.float64))
-        p = [float(self.values[name]) for name in self.profile_names] + [0.0, 0.0]
-        self.p0, self.p1 = p[0], p[1]
+            # Device values (a training loop on a device's arrays) stay there: 0-d or 1-d.
+            self.inv_l = 1.0 / ls if backend.on_device(ls) else 1.0 / np.atleast_1d(np.asarray(ls, dtype=np.float64))
+        p = [v if backend.on_device(v) else float(v) for v in (self.values[name] for name in self.profile_names)]
+        self.p0, self.p1 = (p + [0.0, 0.0])[:2]
 
     def _accumulate_scale(self, theta_bar, sq_sums):
         """``sq_sums[d] = sum_ij W_ij (a_s,id - b_s,jd)^2``; d r2 / d log l_d = -2 (..)^2."""
@@ -203,10 +204,11 @@ class Stationary(Leaf):
         As, Bs, inv_l = self._scaled_xp(A, B, xp)
         gram = mode == "gram"
         r2 = X.sqdist_gram(As, xp) if gram else X.sqdist_cross(As, Bs, xp)
-        K, fp = self._profile_xp(r2, grad, xp)
+        # back differentiates the kernel that made K
+        p0, p1 = value_for(self.p0, A), value_for(self.p1, A)
+        K, fp = self._profile_xp(r2, grad, xp, p0, p1)
         if not grad:
             return K, None
-        p0, p1 = self.p0, self.p1  # back differentiates the kernel that made K
 
         def back(K_bar, theta_bar):
             if K_bar.dtype != K.dtype:
@@ -224,9 +226,9 @@ class Stationary(Leaf):
 
     def _scaled_xp(self, A, B, xp):
         n_features = A.shape[1]
-        if self.ard and self.inv_l.size != n_features:
+        if self.ard and self.inv_l.shape[0] != n_features:
             raise ValueError(
-                f"{self.name}: length_scale has {self.inv_l.size} entries but X has "
+                f"{self.name}: length_scale has {self.inv_l.shape[0]} entries but X has "
                 f"{n_features} features"
             )
         device = backend.device_of(A)
@@ -245,7 +247,10 @@ class Stationary(Leaf):
     def _inv_l_on(self, xp, device, dtype):
         """The inverse length scales for arrays of ``xp`` on ``device``: a Python float
         for an isotropic one (no copy to the device), else a device copy made once per
-        value of the hyperparameters (the gram and the cross matrix of a step share it)."""
+        value of the hyperparameters (the gram and the cross matrix of a step share it).
+        Device values (see :meth:`Leaf.load`) are used where they are, in ``dtype``."""
+        if backend.on_device(self.inv_l):
+            return self.inv_l if self.inv_l.dtype == dtype else xp.astype(self.inv_l, dtype)
         if not self.ard:
             return float(self.inv_l[0])
         held = self._device_inv_l
@@ -253,12 +258,12 @@ class Stationary(Leaf):
         if held is None or held[0] is not self.inv_l or held[1:3] != (device, dtype):
             # The hyperparameters are host floats: a list of Python floats is the one form
             # every library's asarray takes on any device.
-            on_device = xp.asarray([float(v) for v in self.inv_l], dtype=dtype, device=device)
-            held = self._device_inv_l = (self.inv_l, device, dtype, on_device)
+            copy = xp.asarray([float(v) for v in self.inv_l], dtype=dtype, device=device)
+            held = self._device_inv_l = (self.inv_l, device, dtype, copy)
         return held[3]
 
-    def _profile_xp(self, r2, grad, xp):
-        return X.forward(self.kind, r2, self.p0, self.p1, grad, xp)
+    def _profile_xp(self, r2, grad, xp, p0, p1):
+        return X.forward(self.kind, r2, p0, p1, grad, xp)
 
     def _accumulate_scale_xp(self, theta_bar, sq_sums, xp):
         if self.scale_name is None or not self.free(self.scale_name):
@@ -315,7 +320,7 @@ class GenericMatern(Stationary):
         self._closed_form = X.HalfIntegerMatern(self.nu) if half >= 1 and half == int(half) else None
         super().__init__(sk_kernel, offset, kind=-1)
 
-    def _profile_xp(self, r2, grad, xp):
+    def _profile_xp(self, r2, grad, xp, p0, p1):
         if self._closed_form is not None:
             return self._closed_form(r2, grad, xp)
         device = backend.device_of(r2)

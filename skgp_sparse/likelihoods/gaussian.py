@@ -23,7 +23,8 @@ class GaussianLikelihood(Likelihood):
     array_api_strict, ...) and returns arrays of that namespace, on the inputs' device,
     in their floating dtype; the inputs of one call share a namespace (a numpy array
     with a torch tensor is a TypeError, not a silent transfer). The noise variance
-    itself is a Python float.
+    itself is a Python float, or a 0-d array on the rows' device, in their dtype, while a
+    training loop holds the hyperparameters there.
     """
 
     #: The expected log-likelihood is quadratic in f, so a natural step of size one on a
@@ -121,8 +122,12 @@ class NoiseParameter:
 
     @property
     def value(self):
+        """The noise variance: a host float, or a 0-d array on the device where a training
+        loop holds ``log_value`` (see :meth:`skgp_sparse.elbo.VariationalModel.hold_hyperparameters_on`)."""
         if self.from_kernel:
             return float(self.kernel.white_noise_level)
+        if backend.on_device(self.log_value):
+            return backend.namespace(self.log_value).exp(self.log_value)
         return float(np.exp(self.log_value))
 
     @property

@@ -142,6 +142,11 @@ class MixedModel(VariationalModel):
                     params[self._field_name(field, g)] = getattr(group, field)
         return params
 
+    def can_hold_hyperparameters_on_device(self):
+        """False: the latent groups' kernels, the mixing and the per-output noise are
+        moved by Adam on the host (one packed read of their gradients a step)."""
+        return False
+
     def adam_bounds(self):
         distinct, _ = self.distinct_kernels()
         bounds = np.concatenate([k.bounds for k in distinct])

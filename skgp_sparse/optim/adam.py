@@ -2,7 +2,9 @@
 
 The arrays may belong to any Array API library (numpy, CuPy, torch, ...): each parameter's
 moments live in its own library and on its own device, so that parameters on a GPU (the
-inducing inputs) never leave it while those on the host (the hyperparameters) stay there.
+inducing inputs, and the hyperparameters while a training loop holds them there) never
+leave it, while those on the host stay there; a parameter that moves between the two
+takes its moments with it.
 """
 
 import numpy as np
@@ -83,6 +85,11 @@ class Adam:
             if m is None or m.shape != g.shape:
                 m = xp.zeros_like(g)
                 self._v[name] = xp.zeros_like(g)
+            elif backend.namespace(m) is not xp:
+                # The parameter moved between the host and a device (a training loop holds
+                # the hyperparameters on its rows' device): its moments follow it.
+                m, self._v[name] = (backend.to_namespace(a, xp, device=backend.device_of(g), dtype=g.dtype)
+                                    for a in (m, self._v[name]))
             v = self._v[name]
             m = b1 * m + (1.0 - b1) * g
             v = b2 * v + (1.0 - b2) * g * g
@@ -95,6 +102,15 @@ class Adam:
             out[name] = new
         return out
 
+    def moments_to_host(self, names):
+        """Numpy copies of the moments of the parameters ``names`` (those a training loop
+        held on a device goes back to the host with them), so that the optimiser of a
+        fitted estimator pickles and continues anywhere."""
+        for moments in (self._m, self._v):
+            for name in names:
+                if name in moments and backend.on_device(moments[name]):
+                    moments[name] = np.asarray(backend.to_numpy(moments[name]))
+
     @staticmethod
     def _in_namespace(factor, like, xp):
         """A scalar as it is; an array (per-feature step scales, bounds) in ``like``'s
@@ -102,5 +118,6 @@ class Adam:
         (and float64 settings do not promote a float32 parameter). The copy on a device
         is made once (:func:`skgp_sparse.backend.constant`), not at every step."""
         if np.ndim(factor) == 0:
-            return factor
+            # A Python float: array_api_strict's clip refuses numpy scalars.
+            return float(factor)
         return backend.constant(backend.to_numpy(factor), like, dtype=like.dtype)

@@ -167,6 +167,8 @@ def _careful_step(record, xb, yb, schedule, adam, warming_up, epoch):
     :class:`_EpochRecord`); True when the stopping rule says the fit has converged."""
     result, new_params, bounds = take_step(record.model, xb, yb, schedule, adam, warming_up, epoch)
     gradient = _step_gradient(record.stopping, record.model, new_params, bounds, result)
+    if gradient is not None:
+        (gradient,) = to_host(gradient)
     return record.step(result.elbo, gradient, warming_up)
 
 
@@ -246,11 +248,16 @@ class DeferredSteps:
         pending, self.pending = self.pending, []
         raised = self.flags.take()
         on_device = raised is not None and raised is not True
-        host = to_host(*[step[3] for step in pending], *([raised] if on_device else []))
+        # The stopping rule's gradients (on the device where the hyperparameters are held
+        # there) travel in the same read as the ELBO estimates and the flags.
+        gradients = [step[4] for step in pending if step[4] is not None]
+        host = to_host(*[step[3] for step in pending], *gradients, *([raised] if on_device else []))
         if raised is True or (on_device and bool(host[-1])):
             return self._replay(pending, record, epoch)
+        host_gradients = iter(host[len(pending):])
         converged = False
         for (_, _, warming_up, _, gradient), elbo in zip(pending, host):
+            gradient = None if gradient is None else next(host_gradients)
             converged = record.step(float(elbo), gradient, warming_up)
         self.checkpoint = None
         self.careful_span = 0
@@ -360,40 +367,55 @@ def train(
     steps_before = history.n_steps
     monitor = None if monitor_rows is None else (lambda: model.sample_elbo(*monitor_rows) / model.rows_counted)
     deferred = None
-    for _ in range(max_iter):
-        record = _EpochRecord(model, history, stopping, progress, monitor)
-        epoch, epoch_open, converged = history.n_epochs + 1, True, False
-        try:
-            for xb, yb in batches(rng):
-                if deferred is None and check_every is not None and checks_on_device(xb):
-                    deferred = DeferredSteps(model, schedule, adam, stopping, check_every)
-                steps_taken = history.n_steps - steps_before + (0 if deferred is None else len(deferred.pending))
-                warming_up = steps_taken < warmup_steps
-                if deferred is None or deferred.take_carefully():
-                    converged = _careful_step(record, xb, yb, schedule, adam, warming_up, epoch)
-                elif deferred.take(xb, yb, warming_up, epoch):
+    held = None
+    try:
+        for _ in range(max_iter):
+            record = _EpochRecord(model, history, stopping, progress, monitor)
+            epoch, epoch_open, converged = history.n_epochs + 1, True, False
+            try:
+                for xb, yb in batches(rng):
+                    if held is None:
+                        # At the first batch: Adam moves the hyperparameters on the rows'
+                        # device (with checks at once too, so that both paths compute
+                        # alike), and a deferred step then reads nothing between checks.
+                        held = checks_on_device(xb) and model.hold_hyperparameters_on(xb)
+                        if held and callback is not None:
+                            callback = _with_host_hyperparameters(callback, xb)
+                    if deferred is None and check_every is not None and checks_on_device(xb):
+                        deferred = DeferredSteps(model, schedule, adam, stopping, check_every)
+                    steps_taken = history.n_steps - steps_before + (0 if deferred is None else len(deferred.pending))
+                    warming_up = steps_taken < warmup_steps
+                    if deferred is None or deferred.take_carefully():
+                        converged = _careful_step(record, xb, yb, schedule, adam, warming_up, epoch)
+                    elif deferred.take(xb, yb, warming_up, epoch):
+                        converged = deferred.check(record, epoch)
+                    if converged:
+                        break
+                if deferred is not None and not converged:
                     converged = deferred.check(record, epoch)
+                epoch_open = False
+                history.converged = history.converged or converged
+                _close_epoch(model, history, record.total / record.count, progress, callback)
+                schedule.end_epoch(record.total / record.count / model.rows_counted)
                 if converged:
                     break
-            if deferred is not None and not converged:
-                converged = deferred.check(record, epoch)
-            epoch_open = False
-            history.converged = history.converged or converged
-            _close_epoch(model, history, record.total / record.count, progress, callback)
-            schedule.end_epoch(record.total / record.count / model.rows_counted)
-            if converged:
+            except KeyboardInterrupt:
+                if deferred is not None:
+                    deferred.discard()
+                if history.n_steps == steps_before:
+                    raise
+                history.interrupted = True
+                if epoch_open and record.count:
+                    # The partial epoch counts: its mean ELBO is over the steps it completed.
+                    history.n_epochs += 1
+                    history.elbo.append(record.total / record.count)
                 break
-        except KeyboardInterrupt:
-            if deferred is not None:
-                deferred.discard()
-            if history.n_steps == steps_before:
-                raise
-            history.interrupted = True
-            if epoch_open and record.count:
-                # The partial epoch counts: its mean ELBO is over the steps it completed.
-                history.n_epochs += 1
-                history.elbo.append(record.total / record.count)
-            break
+    finally:
+        if held:
+            # Whatever ended the loop (its end, an error, an interrupt), the model leaves
+            # it with host hyperparameters, as it came in.
+            model.hold_hyperparameters_on_host()
+            adam.moments_to_host(HYPERPARAMETERS)
     return history
 
 
@@ -438,10 +460,13 @@ def hyperparameter_gradient(params, bounds, grads, rows_counted):
     ``params`` and ``bounds`` are those of the step's Adam update (its new values and the
     bounds it clipped them to), ``grads`` the step's gradients, ``rows_counted`` the
     model's rows (:attr:`~skgp_sparse.elbo.VariationalModel.rows_counted`)."""
+    names = [name for name in HYPERPARAMETERS if name in params and name in grads]
+    if not names:
+        return None
+    if backend.on_device(params[names[0]]):
+        return _device_hyperparameter_gradient(names, params, bounds, grads, rows_counted)
     parts = []
-    for name in HYPERPARAMETERS:
-        if name not in params or name not in grads:
-            continue
+    for name in names:
         gradient = np.ravel(backend.to_numpy(grads[name])).astype(np.float64)
         value = np.ravel(backend.to_numpy(params[name]))
         if name in bounds:
@@ -449,7 +474,39 @@ def hyperparameter_gradient(params, bounds, grads, rows_counted):
                          for b in bounds[name])
             gradient = np.where((value > low) & (value < high), gradient, 0.0)
         parts.append(gradient)
-    return np.concatenate(parts) / rows_counted if parts else None
+    return np.concatenate(parts) / rows_counted
+
+
+def _device_hyperparameter_gradient(names, params, bounds, grads, rows_counted):
+    """:func:`hyperparameter_gradient` of hyperparameters held on a device, computed there
+    (a 1-D array of theirs; the check that reads the step's ELBO reads it too)."""
+    first = params[names[0]]
+    xp = backend.namespace(first)
+    parts = []
+    for name in names:
+        value = xp.reshape(params[name], (-1,))
+        gradient = xp.astype(xp.reshape(grads[name], (-1,)), value.dtype)
+        if name in bounds:
+            # Host bounds, copied to the device once (backend.constant caches them).
+            low, high = (backend.constant(np.array(np.broadcast_to(np.asarray(b, dtype=np.float64), tuple(value.shape))),
+                                          value) for b in bounds[name])
+            gradient = xp.where((value > low) & (value < high), gradient, xp.zeros_like(gradient))
+        parts.append(gradient)
+    return (xp.concat(parts) if len(parts) > 1 else parts[0]) / rows_counted
+
+
+def _with_host_hyperparameters(callback, like):
+    """``callback`` run with the model's hyperparameters on the host (it may evaluate the
+    model on host arrays), held on ``like``'s device again after it."""
+
+    def run(model, history):
+        model.hold_hyperparameters_on_host()
+        try:
+            callback(model, history)
+        finally:
+            model.hold_hyperparameters_on(like)
+
+    return run
 
 
 def _close_epoch(model, history, epoch_elbo, progress, callback):
