@@ -562,8 +562,10 @@ class VariationalModel:
 
     def _kl(self, tape=None):
         """KL(q || prior) as a float (for a 0-d array of another library, one float back
-        to the host); a tape of the current parameters saves recomputing kernel matrices."""
-        return float(self.basis.kl_divergence(self.kernel, self.state, self.jitter, tape))
+        to the host; within :func:`skgp_sparse.linalg.deferred_checks` it stays there); a
+        tape of the current parameters saves recomputing kernel matrices."""
+        kl = self.basis.kl_divergence(self.kernel, self.state, self.jitter, tape)
+        return kl if pending_flags() is not None else float(kl)
 
     def diagnostics(self):
         """The basis's diagnostics of the current state (``{}`` when it offers none)."""
@@ -595,8 +597,13 @@ def in_float_of(reference, *arrays):
 
 
 def _total(a):
-    """The sum of the entries of ``a`` as a Python float."""
-    return float(backend.namespace(a).sum(a))
+    """The sum of the entries of ``a`` as a Python float; within
+    :func:`skgp_sparse.linalg.deferred_checks`, a 0-d array in the widest float of its
+    device (read later with the interval's checks)."""
+    xp = backend.namespace(a)
+    if pending_flags() is None:
+        return float(xp.sum(a))
+    return xp.astype(xp.sum(a), backend.widest_float(xp, backend.device_of(a)))
 
 
 def _row_chunks(X, Y, size):

@@ -89,14 +89,14 @@ def epoch_batches(lib, nan_at_step=None, epochs=3):
     return batches
 
 
-def fit(model, batches, epochs, check_every=loop.CHECK_EVERY, period_steps=4):
+def fit(model, batches, epochs, check_every=loop.CHECK_EVERY, period_steps=4, monitor_rows=None, stopping=None):
     """Train with a stopping rule that never stops (tol = -inf), so every fit runs its
     epochs."""
-    stopping = StoppingRule(-np.inf, 2, period_steps, STEPS)
+    stopping = StoppingRule(-np.inf, 2, period_steps, STEPS) if stopping is None else stopping
     schedule = NaturalStepSchedule(0.1, conjugate=True, full_batch=False)
     return train(model, None, None, batch_size=B, max_iter=epochs, stopping=stopping, schedule=schedule,
                  adam=Adam(0.01), rng=np.random.default_rng(0), batches=batches, warmup_steps=1,
-                 check_every=check_every)
+                 check_every=check_every, monitor_rows=monitor_rows)
 
 
 @pytest.fixture(params=["torch", "strict"])
@@ -262,6 +262,29 @@ def test_learned_hyperparameters_stay_on_the_device_between_checks(lib, monkeypa
     assert packed.replays == 0
     assert packed.from_steps == 0
     assert packed.checks > 0 and packed.from_checks == packed.checks
+
+
+def _monitor_rows(lib):
+    X, Y = _rows()
+    return lib(X[::3]), lib(Y[::3])
+
+
+def test_the_monitor_is_read_with_the_checks(lib, monkeypatch):
+    """The stopping rule's monitor (the ELBO on fixed rows at each period's end) is
+    evaluated with its checks deferred and read in the check's transfer: a step still reads
+    nothing, and the periods' figures are the careful path's."""
+    careful = StoppingRule(-np.inf, 2, 4, STEPS)
+    fit(make_model(lib), epoch_batches(lib), epochs=2, check_every=None, monitor_rows=_monitor_rows(lib),
+        stopping=careful)
+    packed = PackedReads(monkeypatch)
+    model = make_model(lib)
+    stopping = StoppingRule(-np.inf, 2, 4, STEPS)
+    watch = torch_watch(packed) if lib.name == "torch" else strict_watch(packed, monkeypatch)
+    with watch:
+        fit(model, epoch_batches(lib), epochs=2, monitor_rows=_monitor_rows(lib), stopping=stopping)
+    assert packed.replays == 0 and packed.from_steps == 0
+    assert len(stopping.period_means) == len(careful.period_means) == 2
+    np.testing.assert_allclose(stopping.period_means, careful.period_means, rtol=1e-10)
 
 
 def test_the_hyperparameters_come_back_to_the_host_after_the_loop(lib):

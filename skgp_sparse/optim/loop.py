@@ -149,16 +149,18 @@ class _EpochRecord:
         self.progress, self.monitor = progress, monitor
         self.total, self.count = 0.0, 0
 
-    def step(self, elbo, gradient, warming_up):
+    def step(self, elbo, gradient, warming_up, monitored=None):
         """Record a completed step of ELBO estimate ``elbo`` (a float); True when the
-        stopping rule says the fit has converged."""
+        stopping rule says the fit has converged. ``monitored``, if given, is the
+        monitor's value at this step, already read (see :meth:`DeferredSteps.check`)."""
         self.total += elbo
         self.count += 1
         self.history.n_steps += 1
         self.progress.step(self.history.n_epochs + 1, self.count, self.total)
         if warming_up:
             return False
-        closed = self.stopping.add(elbo / self.model.rows_counted, self.monitor, gradient)
+        monitor = self.monitor if monitored is None else (lambda: monitored)
+        closed = self.stopping.add(elbo / self.model.rows_counted, monitor, gradient)
         return closed and self.stopping.converged()
 
 
@@ -246,22 +248,37 @@ class DeferredSteps:
         if not self.pending:
             return False
         pending, self.pending = self.pending, []
+        monitored = self._monitor_at_period_end(pending, record)
         raised = self.flags.take()
         on_device = raised is not None and raised is not True
         # The stopping rule's gradients (on the device where the hyperparameters are held
-        # there) travel in the same read as the ELBO estimates and the flags.
+        # there) and the monitor's value travel in the same read as the ELBO estimates
+        # and the flags.
         gradients = [step[4] for step in pending if step[4] is not None]
-        host = to_host(*[step[3] for step in pending], *gradients, *([raised] if on_device else []))
+        extra = [monitored] if monitored is not None else []
+        host = to_host(*[step[3] for step in pending], *gradients, *extra, *([raised] if on_device else []))
         if raised is True or (on_device and bool(host[-1])):
             return self._replay(pending, record, epoch)
         host_gradients = iter(host[len(pending):])
+        monitored = None if monitored is None else float(host[len(pending) + len(gradients)])
         converged = False
-        for (_, _, warming_up, _, gradient), elbo in zip(pending, host):
+        for i, ((_, _, warming_up, _, gradient), elbo) in enumerate(zip(pending, host)):
             gradient = None if gradient is None else next(host_gradients)
-            converged = record.step(float(elbo), gradient, warming_up)
+            last = i == len(pending) - 1
+            converged = record.step(float(elbo), gradient, warming_up, monitored if last else None)
         self.checkpoint = None
         self.careful_span = 0
         return converged
+
+    def _monitor_at_period_end(self, pending, record):
+        """The monitor's value (a 0-d device array, its checks deferred with the steps') when
+        the last of the ``pending`` steps closes a stopping period, else None: the stopping
+        rule reads the monitor at the model of that step, which is the model now."""
+        counted = sum(1 for step in pending if not step[2])
+        if record.monitor is None or counted == 0 or counted < self.stopping.steps_left_in_period():
+            return None
+        with deferred_checks(self.flags):
+            return record.monitor()
 
     def discard(self):
         """Go back to the last check (a KeyboardInterrupt within an interval): the model
