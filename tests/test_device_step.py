@@ -463,3 +463,24 @@ def test_a_cluster_of_coincident_points_raises_the_flag(lib):
     Bm[41] = A[0]
     _, _, raised = _kernel_matrices(lib, A, Bm, deferred=True)
     assert raised is True
+
+
+@pytest.mark.parametrize("likelihood", ["robustmax", "softmax"])
+def test_invalid_class_labels_raise_the_flag_within_deferred_checks(lib, likelihood):
+    """A multi-class likelihood's label check reads nothing within deferred checks: an
+    invalid label raises the flag (the careful path's replay raises the error), a valid one
+    does not; outside them it raises at once."""
+    from skgp_sparse.likelihoods import RobustMaxLikelihood, SoftmaxLikelihood
+    from skgp_sparse.linalg import StatusFlags, deferred_checks
+
+    lik = RobustMaxLikelihood(3) if likelihood == "robustmax" else SoftmaxLikelihood(3)
+    mean, var = lib(np.zeros((4, 3))), lib(np.ones((4, 3)))
+    for labels, invalid in (([0, 1, 2, 1], False), ([0, 1, 3, 1], True), ([0, 0.5, 2, 1], True)):
+        y = lib(np.array(labels, dtype=np.float64).reshape(-1, 1))
+        flags = StatusFlags()
+        with deferred_checks(flags):
+            lik.expected_log_lik(y, mean, var)
+        assert bool(flags.take()) is invalid
+        if invalid:
+            with pytest.raises(ValueError, match="labels must be integers"):
+                lik.expected_log_lik(y, mean, var)

@@ -45,7 +45,7 @@ def latent_nodes(nodes, mean, var, xp=np):
     made them (:meth:`skgp_sparse.likelihoods.Likelihood._inputs`), ``nodes`` of theirs.
     """
     mean = xp.reshape(mean, (-1, 1))
-    spread = xp.sqrt(2.0 * xp.maximum(xp.reshape(var, (-1, 1)), 0.0))
+    spread = xp.sqrt(2.0 * xp.clip(xp.reshape(var, (-1, 1)), min=0.0))
     return mean + spread * nodes
 
 
@@ -78,5 +78,5 @@ def variance_derivative(slope_moment, var, floor, half_curvature, *operands):
     """
     xp = backend.namespace(slope_moment)
     var = xp.reshape(var, (-1,))
-    d_var = slope_moment / xp.sqrt(2.0 * xp.maximum(var, floor))
+    d_var = slope_moment / xp.sqrt(2.0 * xp.clip(var, min=floor))
     return linalg.update_rows(d_var, var <= floor, half_curvature, *operands)

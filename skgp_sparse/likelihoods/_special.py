@@ -195,7 +195,7 @@ def _exp_square(x, xp, sign):
 def _erfcx_positive(y, xp):
     """erfcx on |x| > 0.46875 for y = |x| (any y >= 0 is accepted, and clipped)."""
     mid = _erfcx_mid(xp.clip(y, _ERF_SMALL, _ERF_MID))
-    large = _erfcx_large(xp.maximum(y, _ERF_MID))
+    large = _erfcx_large(xp.clip(y, min=_ERF_MID))
     return xp.where(y <= _ERF_MID, mid, large)
 
 
@@ -232,7 +232,7 @@ def _generic_log_ndtr(x, xp):
     # cancellation); right of it log1p keeps the tiny tail mass 1 - Phi(x).
     left_t = xp.minimum(t, 0.0)
     left = xp.log(_generic_erfcx(-left_t, xp) / 2.0) - left_t * left_t
-    right = xp.log1p(-_generic_erfc(xp.maximum(t, -1.0), xp) / 2.0)
+    right = xp.log1p(-_generic_erfc(xp.clip(t, min=-1.0), xp) / 2.0)
     return xp.where(x < -1.0, left, right)
 
 
@@ -261,7 +261,7 @@ def _gammaln_positive(z, xp):
     t = u - 2.0
     rational = t * _horner(_LGAMMA_B, t) / _horner((1.0,) + _LGAMMA_C, t)
     near = xp.log(above) - xp.log(below) + rational
-    w = xp.maximum(z, _LGAMMA_STIRLING_FROM)
+    w = xp.clip(z, min=_LGAMMA_STIRLING_FROM)
     inv = 1.0 / w
     series = inv * _horner(_STIRLING[::-1], inv * inv)
     stirling = (w - 0.5) * xp.log(w) - w + _HALF_LOG_2PI + series
@@ -318,7 +318,7 @@ def _generic_wrightomega(x, xp):
     xc = xp.clip(x, -50.0, big)
     low = xp.exp(xp.minimum(xc, -2.0))
     middle = xp.exp(2.0 * (xp.minimum(xc, 1.0) - 1.0) / 3.0)
-    xh = xp.maximum(xc, 1.0)
+    xh = xp.clip(xc, min=1.0)
     log_xh = xp.log(xh)
     high = xh - log_xh + log_xh / xh
     w = xp.where(xc < -2.0, low, xp.where(xc < 1.0, middle, high))

@@ -136,5 +136,5 @@ class BernoulliLikelihood(Likelihood):
         """
         xp, _, mean, var, nodes, w = self._inputs_and_rule(None, mean, var)
         if self.link == "probit":
-            return special.ndtr(mean / xp.sqrt(1.0 + xp.maximum(var, 0.0)), xp)
+            return special.ndtr(mean / xp.sqrt(1.0 + xp.clip(var, min=0.0)), xp)
         return xp.reshape(special.expit(latent_nodes(nodes, mean, var, xp), xp) @ w, mean.shape)

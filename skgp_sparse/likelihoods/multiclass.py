@@ -16,6 +16,7 @@ import numpy as np
 from numpy.polynomial.hermite import hermgauss
 
 from .. import backend, linalg
+from ..linalg import pending_flags
 from . import _special as special
 from ._base import Likelihood
 from ._quadrature import rule_like
@@ -31,14 +32,23 @@ def _check_labels(y, n_rows, n_classes, xp=np):
     """Class indices (int64) of the labels ``y``, or ValueError.
 
     For a namespace other than numpy the check costs one synchronisation with the host
-    (a single boolean), which a GPU pays once per call.
+    (a single boolean), which a GPU pays once per call; within
+    :func:`skgp_sparse.linalg.deferred_checks` it is noted as a flag instead, and the
+    careful path's replay raises the error.
     """
     labels = xp.reshape(xp.asarray(y), (-1,))
     if labels.shape[0] != n_rows:
         raise ValueError(f"expected {n_rows} labels, got {labels.shape[0]}")
     # Whole floats are accepted: the model stores targets as a float matrix.
     whole = labels if xp.isdtype(labels.dtype, "integral") else xp.round(labels)
-    if bool(xp.any((whole != labels) | (whole < 0) | (whole >= n_classes))):
+    invalid = xp.any((whole != labels) | (whole < 0) | (whole >= n_classes))
+    flags = pending_flags()
+    if flags is not None:
+        flags.note(invalid)
+        # In range whatever was given, so that the step runs to its check (its values are
+        # thrown away there when the flag is raised).
+        whole = xp.clip(whole, min=0, max=n_classes - 1)
+    elif bool(invalid):
         raise ValueError(f"labels must be integers in [0, {n_classes - 1}]")
     return xp.astype(whole, xp.int64)
 
@@ -95,7 +105,7 @@ class RobustMaxLikelihood(Likelihood):
         """P = Pr_q[argmax f = idx] per row, and optionally dP/dmean, dP/dvar (n, K)."""
         n, K = mean.shape
         nodes, weights = rule_like(self._nodes, self._weights, mean)
-        v = xp.maximum(var, VAR_FLOOR)
+        v = xp.clip(var, min=VAR_FLOOR)
         s = xp.sqrt(v)
         column = xp.reshape(idx, (-1, 1))
         m_y = xp.take_along_axis(mean, column, axis=1)[:, 0]
@@ -220,7 +230,7 @@ class SoftmaxLikelihood(Likelihood):
         return self.n_classes
 
     def _latent_draws(self, mean, var, xp=np):
-        s = xp.sqrt(xp.maximum(var, VAR_FLOOR))
+        s = xp.sqrt(xp.clip(var, min=VAR_FLOOR))
         draws = backend.constant(self._draws, mean)
         return mean[:, None, :] + s[:, None, :] * draws, s, draws  # (n, S, K)
 

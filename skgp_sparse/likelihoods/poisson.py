@@ -158,7 +158,7 @@ class PoissonLikelihood(Likelihood):
         eta = mean + self.log_offset
         # A floor keeps v = 0 (where the integrand is a point mass at the mean) finite;
         # every term below depends smoothly on v down to it.
-        v = xp.maximum(var, float(xp.finfo(var.dtype).smallest_normal))
+        v = xp.clip(var, min=float(xp.finfo(var.dtype).smallest_normal))
         # Mode of -d^2 / (2 v) + y (eta + d) - exp(eta + d) in d = f - mean: it solves
         # d = v (y - exp(eta + d)), i.e. d = v y - W(v exp(eta + v y)) with Lambert's W,
         # taken as Wright's omega of the logarithm so that it cannot overflow.

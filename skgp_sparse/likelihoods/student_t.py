@@ -297,7 +297,7 @@ class StudentTLikelihood(Likelihood):
     def _scale_mixture_lpd(self, y, mean, var, xp=np):
         k = 0.5 * self.df
         r2 = ((y - mean) / self.scale) ** 2
-        v = xp.maximum(var, 0.0) / self.scale**2
+        v = xp.clip(var, min=0.0) / self.scale**2
         # With Phi(u) the log-integrand, Phi'(u) <= k + 1/2 - k e^u (the posterior of lam
         # for y = mean, v = 0) and Phi'(u) >= k - (k + r2 / 2) e^u, so beyond the quantiles
         # below Phi falls at least as fast as the log-density of those two Gamma laws.
