@@ -103,19 +103,10 @@ def is_foreign(a):
 
 
 def on_device(value):
-    """Whether ``value`` is an array of a library other than numpy: a value a training loop
-    holds on its arrays' device (a hyperparameter, see
-    :meth:`skgp_sparse.kernels.CompiledKernel.set_theta`), not a host number, numpy array
-    or numpy scalar.
-
-    Parameters
-    ----------
-    value : object
-
-    Returns
-    -------
-    bool
-    """
+    """Whether ``value`` is an array of a library other than numpy (a hyperparameter that a
+    training loop holds on its rows' device, see
+    :meth:`skgp_sparse.kernels.CompiledKernel.set_theta`) rather than a host number, a
+    numpy array or a numpy scalar."""
     return is_foreign(value) and not isinstance(value, np.generic)
 
 
