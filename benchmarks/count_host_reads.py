@@ -23,6 +23,7 @@ pageable transfer, which is why they are counted.
     OMP_NUM_THREADS=1 python benchmarks/count_host_reads.py --rows 6000 --epochs 1 --where
     OMP_NUM_THREADS=1 python benchmarks/count_host_reads.py --time-only   # the loop's time per step
     OMP_NUM_THREADS=1 python benchmarks/count_host_reads.py --classes 2   # the classifier (2 or more classes)
+    OMP_NUM_THREADS=1 python benchmarks/count_host_reads.py --basis solve  # another basis
 
 Prints one JSON object: steps, counts per kind, the total per step, and the M x M arrays
 a step.
@@ -110,6 +111,7 @@ def main():
     parser.add_argument("--features", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--where", action="store_true", help="also list where each one happens")
+    parser.add_argument("--basis", default="coupled", help="the estimator's basis")
     parser.add_argument("--classes", type=int, default=0,
                         help="fit SparseGPClassifier on this many classes (quantiles of the regression target) "
                              "instead of the regressor")
@@ -126,9 +128,9 @@ def main():
     y = np.sin(X.sum(axis=1)) + 0.1 * rng.normal(size=args.rows)
     if args.classes:
         y = np.digitize(y, np.quantile(y, np.linspace(0, 1, args.classes + 1)[1:-1]))
-        estimator = SparseGPClassifier(max_iter=args.epochs, random_state=0)
+        estimator = SparseGPClassifier(basis=args.basis, max_iter=args.epochs, random_state=0)
     else:
-        estimator = SparseGPRegressor(max_iter=args.epochs, random_state=0)
+        estimator = SparseGPRegressor(basis=args.basis, max_iter=args.epochs, random_state=0)
     traffic = HostTraffic(args.where, m=estimator.n_inducing)
     runs = []
     original_train = training.train

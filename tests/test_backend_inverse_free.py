@@ -215,6 +215,19 @@ def test_natural_step_raises_on_non_finite_values(lib):
         inverse_free.natural_step(xtape, xstate, lib(d_mean * np.nan), lib(d_var), 1.0)
 
 
+def test_natural_step_notes_non_finite_values_within_deferred_checks(lib):
+    """Within deferred checks the finiteness test reads nothing: a NaN raises the flag (the
+    careful path's replay raises the error), finite values do not."""
+    kernel, X, state, d_mean, d_var = _problem(1, 1)
+    xstate = _in(lib, state)
+    _, _, xtape = inverse_free.marginals(kernel, lib(X), xstate, JITTER, "natural")
+    for scale, raised in ((1.0, False), (np.nan, True)):
+        flags = sk_linalg.StatusFlags()
+        with sk_linalg.deferred_checks(flags):
+            inverse_free.natural_step(xtape, xstate, lib(d_mean * scale), lib(d_var), 1.0)
+        assert bool(flags.take()) is raised
+
+
 @pytest.mark.parametrize("full_cov", [False, True], ids=["var", "cov"])
 def test_predictor(lib, case, preconditioned, full_cov):
     kernel, X, state, _, _ = _problem(*case, preconditioned, refine=True)

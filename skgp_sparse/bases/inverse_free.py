@@ -152,6 +152,7 @@ from ..linalg import (
     eye,
     gram,
     mm,
+    pending_flags,
     same_values,
     trace,
     tri_mm,
@@ -362,7 +363,10 @@ def factor_step(low, e, eta):
     """
     xp = be.namespace(low, e)
     bound = eigenvalue_bound(e)
-    eta = xp.asarray(eta, dtype=e.dtype, device=be.device_of(e))
+    device = be.device_of(e)
+    # A number fills a 0-d array on the device (asarray would copy it from the host).
+    eta = xp.asarray(eta, dtype=e.dtype, device=device) if be.on_device(eta) else \
+        xp.full((), eta, dtype=e.dtype, device=device)
     over = bound * eta > 1.0
     # 1 / bound where the cap applies (bound > 0 there); the inner where keeps a zero or
     # negative bound out of the division where it does not.
@@ -765,8 +769,13 @@ def natural_step(tape, state, d_mean, d_var, step):
         )
     else:
         new_mean = join_output_columns(mus, xp)
-    # One read for the three checks.
-    if not bool(xp.all(xp.isfinite(new_mean)) & xp.all(xp.isfinite(new_sig)) & xp.all(xp.isfinite(new_t))):
+    # One read for the three checks; within deferred checks none (a flag the careful
+    # path's replay meets again).
+    finite = xp.all(xp.isfinite(new_mean)) & xp.all(xp.isfinite(new_sig)) & xp.all(xp.isfinite(new_t))
+    flags = pending_flags()
+    if flags is not None:
+        flags.note(~finite)
+    elif not bool(finite):
         raise CholeskyError("the product-only natural step produced non-finite values")
     return InverseFreeState(state.inducing, new_mean, new_sig, new_t, state.n_covariances, True, settings)
 
