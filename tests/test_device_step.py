@@ -34,7 +34,7 @@ from skgp_sparse.optim import Adam, NaturalStepSchedule, loop
 from skgp_sparse.optim.loop import NonFiniteELBOError, train
 from skgp_sparse.optim.stopping import StoppingRule
 
-from ._array_libs import Lib, StrictArray
+from ._array_libs import Lib, StrictArray, require_gpu
 
 #: Rows, features, inducing inputs, rows of a step: M differs from every other size, so
 #: that an (M, M) array is one of the step's M x M matrices.
@@ -484,3 +484,54 @@ def test_invalid_class_labels_raise_the_flag_within_deferred_checks(lib, likelih
         if invalid:
             with pytest.raises(ValueError, match="labels must be integers"):
                 lik.expected_log_lik(y, mean, var)
+
+
+# --------------------------------------------------------------------------------------
+# on a CUDA device: synchronisations, not just reads
+# --------------------------------------------------------------------------------------
+class _CudaTorch:
+    """Puts numpy test data on torch's CUDA device (as :class:`Lib` does elsewhere)."""
+
+    name = "torch_cuda"
+
+    def __init__(self, torch):
+        self.torch = torch
+
+    def __call__(self, x):
+        return self.torch.asarray(np.array(x), device="cuda")
+
+
+@pytest.mark.gpu
+def test_a_cuda_step_synchronises_only_in_the_checks_transfers(monkeypatch):
+    """The same loop on a CUDA device under ``torch.cuda.set_sync_debug_mode("error")``
+    after the first steps: any synchronisation of the host with the device raises, except
+    within the checks' packed transfers (where the mode is lifted). Learned
+    hyperparameters, an ARD length scale and the stopping rule's monitor included."""
+    torch = require_gpu("torch")
+    lib = _CudaTorch(torch)
+    packed = PackedReads(monkeypatch)
+    to_host, take_step = backend.to_host, loop.take_step
+
+    def lifted(*values):
+        torch.cuda.set_sync_debug_mode("default")
+        try:
+            return to_host(*values)
+        finally:
+            if packed.armed:
+                torch.cuda.set_sync_debug_mode("error")
+
+    def step(*args, **kwargs):
+        out = take_step(*args, **kwargs)
+        if packed.armed:
+            torch.cuda.set_sync_debug_mode("error")
+        return out
+
+    monkeypatch.setattr(loop, "to_host", lifted)
+    monkeypatch.setattr(loop, "take_step", step)
+    model = make_model(lib, length_scale=[1.0, 0.7, 1.3])
+    try:
+        history = fit(model, epoch_batches(lib), epochs=2, monitor_rows=_monitor_rows(lib))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert history.n_steps == 2 * STEPS
+    assert packed.replays == 0
