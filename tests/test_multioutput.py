@@ -680,3 +680,39 @@ def test_auto_noise_bounds_floor_each_output_at_1e_3_under_an_lmc_only():
     np.testing.assert_allclose(lmc.noise_variance_, 1e-3, rtol=1e-6)
     assert single.noise_variance_ < 5e-5
     assert np.all(given.noise_variance_ < 5e-5)
+
+
+def test_one_batch_lmc_search_starts_at_the_jitter_of_its_noise_floor(monkeypatch):
+    """A one-batch LMC fit searches once, at the jitter of its noise floor from the start
+    (the noises end at the floor, which would otherwise rerun the search with a smaller
+    jitter); independent outputs with masking keep the jitter that follows the noise."""
+    from skgp_sparse.fit import training
+    from skgp_sparse.fit.jitter import auto_jitter
+
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(-3, 3, size=(40, 1)), axis=0)
+    g = np.sin(X[:, 0])
+    Y = np.column_stack([g, 2.0 * g])
+    Y[:5, 0] = np.nan
+    searches = []
+    original = training.optimise_collapsed
+
+    def recording(model, *args, **kwargs):
+        searches.append((model.jitter, getattr(model, "search_noise_floor", lambda: None)(),
+                         auto_jitter(model.kernel, model.state.inducing, 1e-3)))
+        return original(model, *args, **kwargs)
+
+    monkeypatch.setattr(training, "optimise_collapsed", recording)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lmc = SparseGPRegressor(n_latent=1, missing_targets="mask", n_inducing=10, random_state=0).fit(X, Y)
+    np.testing.assert_allclose(lmc.noise_variance_, 1e-3, rtol=1e-6)
+    assert len(searches) == 1
+    jitter, floor, at_floor = searches[0]
+    assert floor == pytest.approx(1e-3)
+    assert jitter == pytest.approx(at_floor, rel=1e-12)
+    searches.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        SparseGPRegressor(missing_targets="mask", n_inducing=10, random_state=0).fit(X, Y)
+    assert [floor for _, floor, _ in searches][:1] == [None]
