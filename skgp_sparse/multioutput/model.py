@@ -346,8 +346,8 @@ class MixedModel(VariationalModel):
         jitter is small against every noise the search can reach and one search does.
         Measured on ggplot2 economics (``bench_multioutput.py``, one thread, seeds 0 to 5,
         docs/benchmarks.md, "Several outputs", ninth run): hidden-entry RMSE 0.24-0.44 with
-        the rerun, 0.28-0.29 with one search, in about half the time; airquality's RMSE /
-        NLPD 0.829 / 1.259 at every seed.
+        the rerun, 0.27-0.28 with one search (NLPD -0.30 to -0.49, GPyTorch's 0.14-0.77), in
+        about half the time; airquality's RMSE / NLPD 0.829 / 1.259 at seeds 0 to 2.
         """
         if not self.state.mixing_learned or self.noise is None or not self.noise.learned:
             return None
