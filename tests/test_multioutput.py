@@ -219,6 +219,60 @@ def test_collapsed_bound_gradients_of_latents_left_apart_match_finite_difference
     assert_adam_gradients_match(model, X, Y, collapsed=True, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("coupled", [True, False])
+def test_collapsed_bound_kernel_gradient_without_the_product_over_rows(coupled):
+    """The kernels' gradient goes through a_bar_l A_l^T = m_l (A_l e_l)^T + (B - I)_ll + S_ll - I
+    (``_projection_gram``) instead of a product over the rows: it matches that product,
+    written out here from the dense joint posterior, for latents coupled or left apart, and
+    a kernel shared by two latents gets the sum of what two copies of it get."""
+    X, Y = _data(n=60)
+    rng = np.random.default_rng(4)
+    kernels = _kernels(2)
+    Z = X[:7].copy()
+    W = rng.standard_normal((3, 2)) if coupled else np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+    beta = np.where(np.isnan(Y), 0.0, 1.0 / rng.uniform(0.05, 0.3, (1, 3)))
+    Y0 = np.where(np.isnan(Y), 0.0, Y)
+
+    def projection_grams(kernels_, columns):
+        captured = []
+        original = collapsed._projection_gram
+
+        def spy(mean, a, e, b_block, s_block, xp):
+            out = original(mean, a, e, b_block, s_block, xp)
+            captured.append(out)
+            return out
+
+        collapsed._projection_gram = spy
+        try:
+            bound = collapsed.lmc_collapsed_bound(kernels_, columns, X, Y0, beta, W, Z, 1e-10, coupled)
+        finally:
+            collapsed._projection_gram = original
+        return bound, captured
+
+    bound, grams = projection_grams(kernels, [0, 1])
+    # The same products over the rows, from the dense joint posterior: S = B^-1 of all L x M values.
+    low = [np.linalg.cholesky(k(Z) + 1e-10 * np.mean(np.diag(k(Z))) * np.eye(7)) for k in kernels]
+    A = [np.linalg.solve(lo, k(Z, X)) for lo, k in zip(low, kernels)]
+    c = {(l, j): beta @ (W[:, l] * W[:, j]) for l in range(2) for j in range(2)}
+    B = np.eye(14) + np.block([[(A[l] * c[(l, j)]) @ A[j].T for j in range(2)] for l in range(2)])
+    S = np.linalg.inv(B)
+    mean = S @ np.concatenate([A[l] @ ((beta * Y0) @ W)[:, l] for l in range(2)])
+    resid = Y0 - np.column_stack([A[l].T @ mean[7 * l:7 * l + 7] for l in range(2)]) @ W.T
+    e = (beta * resid) @ W
+    for l in range(2):
+        spread = sum(S[7 * l:7 * l + 7, 7 * j:7 * j + 7] @ (A[j] * c[(l, j)]) for j in range(2))
+        a_bar = np.outer(mean[7 * l:7 * l + 7], e[:, l]) + A[l] * c[(l, l)] - spread
+        np.testing.assert_allclose(grams[l], a_bar @ A[l].T, rtol=1e-8, atol=1e-8 * np.abs(grams[l]).max())
+    # One kernel for both latents: its gradient is the sum of the two copies' gradients.
+    shared, _ = projection_grams([kernels[0]], [0, 0])
+    copies, _ = projection_grams([kernels[0], kernels[0]], [0, 1])
+    n_theta = kernels[0].theta.size
+    np.testing.assert_allclose(shared.theta_bar, copies.theta_bar[:n_theta] + copies.theta_bar[n_theta:],
+                               rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(shared.inducing_bar, copies.inducing_bar, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(shared.value, copies.value, rtol=1e-12)
+
+
 def _single_output(kernel, Z, noise, n_data, state=None):
     from skgp_sparse.likelihoods import NoiseParameter
 
@@ -626,3 +680,39 @@ def test_auto_noise_bounds_floor_each_output_at_1e_3_under_an_lmc_only():
     np.testing.assert_allclose(lmc.noise_variance_, 1e-3, rtol=1e-6)
     assert single.noise_variance_ < 5e-5
     assert np.all(given.noise_variance_ < 5e-5)
+
+
+def test_one_batch_lmc_search_starts_at_the_jitter_of_its_noise_floor(monkeypatch):
+    """A one-batch LMC fit searches once, at the jitter of its noise floor from the start
+    (the noises end at the floor, which would otherwise rerun the search with a smaller
+    jitter); independent outputs with masking keep the jitter that follows the noise."""
+    from skgp_sparse.fit import training
+    from skgp_sparse.fit.jitter import auto_jitter
+
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(-3, 3, size=(40, 1)), axis=0)
+    g = np.sin(X[:, 0])
+    Y = np.column_stack([g, 2.0 * g])
+    Y[:5, 0] = np.nan
+    searches = []
+    original = training.optimise_collapsed
+
+    def recording(model, *args, **kwargs):
+        searches.append((model.jitter, getattr(model, "search_noise_floor", lambda: None)(),
+                         auto_jitter(model.kernel, model.state.inducing, 1e-3)))
+        return original(model, *args, **kwargs)
+
+    monkeypatch.setattr(training, "optimise_collapsed", recording)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lmc = SparseGPRegressor(n_latent=1, missing_targets="mask", n_inducing=10, random_state=0).fit(X, Y)
+    np.testing.assert_allclose(lmc.noise_variance_, 1e-3, rtol=1e-6)
+    assert len(searches) == 1
+    jitter, floor, at_floor = searches[0]
+    assert floor == pytest.approx(1e-3)
+    assert jitter == pytest.approx(at_floor, rel=1e-12)
+    searches.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        SparseGPRegressor(missing_targets="mask", n_inducing=10, random_state=0).fit(X, Y)
+    assert [floor for _, floor, _ in searches][:1] == [None]

@@ -126,11 +126,17 @@ def run_collapsed(settings, model, rows, Y, rng, x_scale):
 
     With ``jitter="auto"`` the jitter follows the noise: if the search ended at a noise
     far below where it started, the search is run again from there with the jitter the
-    new noise allows, so that the jitter does not bias the optimum.
+    new noise allows, so that the jitter does not bias the optimum. A model with a
+    ``search_noise_floor`` (an LMC) starts at the jitter of that floor instead.
     """
     optimizer = "fmin_l_bfgs_b" if settings.optimizer is None else settings.optimizer
     X, Y = rows.all_rows(Y)
     scales = {name: x_scale for name in model.basis.INDUCING_FIELDS}
+    floor = getattr(model, "search_noise_floor", lambda: None)()
+    if settings.jitter == "auto" and floor is not None:
+        # The model asks for the jitter of its smallest noise from the start (an LMC, see
+        # MixedModel.search_noise_floor), so that the search below need not be rerun.
+        model.jitter = min(model.jitter, auto_jitter(model.kernel, model.state.inducing, floor))
     options = dict(scales=scales, verbose=settings.verbose, max_iter=settings.max_iter, tol=settings.tol)
     search = optimise_collapsed(model, X, Y, optimizer, settings.n_restarts_optimizer, rng, **options)
     history = History(elbo=list(search.run_elbos), n_epochs=search.n_iter, n_steps=search.n_evaluations,
