@@ -359,6 +359,12 @@ class VariationalModel:
             grads["likelihood"] = scale * likelihood_sums
         return grads
 
+    def search_noise_floor(self):
+        """The noise variance at whose jitter a one-batch fit's search starts, or None: the
+        jitter then follows the noise the search finds (see
+        :func:`skgp_sparse.fit.training.run_collapsed`; several mixed outputs answer a floor)."""
+        return None
+
     def q_optimal_in_closed_form(self):
         """Whether the bound with q at its optimum on a full batch is reached in one move
         (a natural step of size one, :meth:`natural_step_is_exact`, or the collapsed bound,

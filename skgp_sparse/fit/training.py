@@ -126,13 +126,13 @@ def run_collapsed(settings, model, rows, Y, rng, x_scale):
 
     With ``jitter="auto"`` the jitter follows the noise: if the search ended at a noise
     far below where it started, the search is run again from there with the jitter the
-    new noise allows, so that the jitter does not bias the optimum. A model with a
-    ``search_noise_floor`` (an LMC) starts at the jitter of that floor instead.
+    new noise allows, so that the jitter does not bias the optimum. A model whose
+    ``search_noise_floor`` is not None (an LMC) starts at the jitter of that floor instead.
     """
     optimizer = "fmin_l_bfgs_b" if settings.optimizer is None else settings.optimizer
     X, Y = rows.all_rows(Y)
     scales = {name: x_scale for name in model.basis.INDUCING_FIELDS}
-    floor = getattr(model, "search_noise_floor", lambda: None)()
+    floor = model.search_noise_floor()
     if settings.jitter == "auto" and floor is not None:
         # The model asks for the jitter of its smallest noise from the start (an LMC, see
         # MixedModel.search_noise_floor), so that the search below need not be rerun.
