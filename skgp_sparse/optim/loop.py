@@ -233,7 +233,7 @@ class DeferredSteps:
             result, new_params, bounds = take_step(self.model, xb, yb, self.schedule, self.adam, warming_up, epoch)
         gradient = _step_gradient(self.stopping, self.model, new_params, bounds, result)
         self.pending.append((xb, yb, warming_up, result.elbo, gradient))
-        counted = sum(1 for step in self.pending if not step[2])
+        counted = _counted_steps(self.pending)
         return len(self.pending) >= self.check_every or counted >= self.stopping.steps_left_in_period()
 
     def check(self, record, epoch):
@@ -274,7 +274,7 @@ class DeferredSteps:
         """The monitor's value (a 0-d device array, its checks deferred with the steps') when
         the last of the ``pending`` steps closes a stopping period, else None: the stopping
         rule reads the monitor at the model of that step, which is the model now."""
-        counted = sum(1 for step in pending if not step[2])
+        counted = _counted_steps(pending)
         if record.monitor is None or counted == 0 or counted < self.stopping.steps_left_in_period():
             return None
         with deferred_checks(self.flags):
@@ -318,6 +318,11 @@ class DeferredSteps:
         self.model.jitter = jitter
         vars(self.schedule).update(_attributes_of(schedule))
         vars(self.adam).update(_attributes_of(adam))
+
+
+def _counted_steps(pending):
+    """How many of the ``pending`` steps the stopping rule counts (the warm-up's do not)."""
+    return sum(1 for step in pending if not step[2])
 
 
 def _attributes(obj):
