@@ -14,6 +14,7 @@ from skgp_sparse.fit.plan import (AUTO_BATCH_SIZE, AUTO_FULL_BATCH_ROWS, SEARCH_
                                   plan_fit, plan_pass)
 from skgp_sparse.fit.rows import InMemoryRows
 from skgp_sparse.fit.settings import FitSettings
+from skgp_sparse.fit.training import MONITOR_MIN_ROWS, MONITOR_ROWS, MONITOR_SHARE, monitor_size
 
 
 def settings(batch_size="auto"):
@@ -125,3 +126,16 @@ def test_the_estimators_plans(monkeypatch, make, n, expected):
     [plan] = plans
     assert (plan.batch_rows, plan.collapsed, plan.search) == expected
     assert plan.search_rows == min(n, SEARCH_ROWS)
+
+
+@pytest.mark.parametrize("n, batch, expected", [
+    (3_000, 1024, MONITOR_MIN_ROWS),                       # 3 steps an epoch: 3,072 rows a period
+    (6_660, 1024, 7 * 1024 // MONITOR_SHARE),              # 7 steps: 7,168 rows
+    (18_000, 1024, 18 * 1024 // MONITOR_SHARE),            # 18 steps: 3,072 rows
+    (1_000_000, 1024, MONITOR_ROWS),                       # 50-step periods: the cap
+    (40_000, 2048, min(MONITOR_ROWS, 20 * 2048 // MONITOR_SHARE)),
+])
+def test_the_stopping_rules_sample_is_a_share_of_a_periods_rows(n, batch, expected):
+    plan = plan_fit(settings(batch_size=batch), model(), rows(n, d=1))
+    assert monitor_size(plan) == expected
+    assert MONITOR_MIN_ROWS <= monitor_size(plan) <= MONITOR_ROWS

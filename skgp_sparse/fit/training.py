@@ -42,9 +42,13 @@ CONJUGATE_WARMUP_STEPS = 5
 SETTLE_STEPS = 20
 
 #: Rows of the fixed sample whose ELBO the stopping rule reads at the end of each period
-#: (in-memory data; a Dask fit reads the mean of the period's minibatch estimates). At 50
-#: steps of 1,024 rows a period, its forward pass adds about 5% to a fit.
+#: (in-memory data; a Dask fit reads the mean of the period's minibatch estimates): at
+#: most MONITOR_ROWS, at most 1 / MONITOR_SHARE of the rows that a period's steps read, at
+#: least MONITOR_MIN_ROWS (see :func:`monitor_size`). At 50 steps of 1,024 rows a period,
+#: 8,192 rows are a sixth of them and their forward pass adds about 5% to a fit.
 MONITOR_ROWS = 8192
+MONITOR_SHARE = 6
+MONITOR_MIN_ROWS = 1024
 
 #: Rows per chunk of the passes over all the data after training (final q, final bound).
 PASS_CHUNK = 8192
@@ -424,6 +428,22 @@ def stopping_rule(settings, steps_per_epoch):
     return StoppingRule(settings.tol, settings.n_iter_no_change, period, span, max_gradient_snr=snr)
 
 
+def monitor_size(plan):
+    """Rows of the stopping rule's fixed sample for a fit of ``plan`` (see :data:`MONITOR_ROWS`).
+
+    Periods are one epoch when an epoch has fewer than :data:`PERIOD_STEPS` steps, and a
+    sample of 8,192 rows then costs a share of a small set's epoch that large data never
+    pay: on KEEL ring (6,660 rows, seven steps an epoch) the forward pass over every row
+    at each epoch's end was a quarter of the stream's time. Sized to the period, the
+    sample costs a small set what it costs a large one. Its rows are the same at every
+    period, so a smaller sample is not noisier from period to period, only a smaller
+    picture of the whole (docs/benchmarks.md, "The stopping rule's sample sized to its
+    period").
+    """
+    period_rows = min(plan.steps_per_epoch, PERIOD_STEPS) * plan.batch_rows
+    return int(min(MONITOR_ROWS, max(MONITOR_MIN_ROWS, period_rows // MONITOR_SHARE)))
+
+
 def warmup_steps(model, schedule, steps_per_epoch):
     """Natural-only steps still to take at the start of a fit (none once past them).
 
@@ -487,7 +507,7 @@ def run_training(settings, plan, model, rows, Y, rng, steps_done=0):
         callback=settings.epoch_callback,
         batches=rows.batches(Y, plan.batch_rows),
         warmup_steps=warmup_steps(model, schedule, plan.steps_per_epoch),
-        monitor_rows=rows.monitor_rows(Y, MONITOR_ROWS, rng),
+        monitor_rows=rows.monitor_rows(Y, monitor_size(plan), rng),
         steps_per_epoch=plan.steps_per_epoch,
     )
     if history.interrupted:
