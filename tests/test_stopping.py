@@ -130,3 +130,42 @@ def test_the_reason_names_what_held_the_fit():
     for i in range(20):
         climbing.add(-1.0 + 0.1 * i)
     assert "still rising" in climbing.reason_not_converged()
+
+
+# --- a pull along a curved ridge: Adam follows it, the ELBO does not ----------------------------
+def _pulled_climb(rise_per_step, pull, n=4 * 50 * 6, seed=0):
+    """A noise-free ELBO climbing by ``rise_per_step``, and a gradient whose first
+    coordinate has mean ``pull`` (one standard deviation of noise per step)."""
+    rng = np.random.default_rng(seed)
+    values = -1.0 + rise_per_step * np.arange(n)
+    gradients = rng.standard_normal((n, 2)) * pull + np.array([pull, 0.0])
+    return values, gradients
+
+
+def test_a_pull_the_elbo_does_not_follow_is_let_go_given_the_optimisers_reach():
+    """The plateau of the test above with a reach: Adam could move the pulled coordinate
+    one unit a span, which promises 0.5 nats per row; the ELBO stays flat, so the pull is
+    a ridge and the rule fires where it would without the pull."""
+    rng = np.random.default_rng(0)
+    n = 4 * 50 * 6
+    values = -1.0 + 1e-6 * rng.standard_normal(n)
+    noise = rng.standard_normal((n, 3))
+    pulled = noise + np.array([0.0, 0.5, 0.0])
+    assert feed(StoppingRule(1e-3, 3, 50, 50, reach_per_span=1.0), values, pulled) == \
+        feed(StoppingRule(1e-3, 3, 50, 50), values, noise)
+
+
+@pytest.mark.parametrize("rise_per_span, fires", [(3e-4, False), (5e-5, True)])
+def test_a_pull_is_followed_while_the_elbo_rises_by_a_share_of_its_promise(rise_per_span, fires):
+    """A pull of 2e-3 nats per row per unit with a reach of 0.2 units a span promises 4e-4
+    per span: a rise of 3e-4 (below tol, above RIDGE_SHARE of the promise) is a plateau
+    being crossed; one of 5e-5 is a ridge."""
+    from skgp_sparse.optim.stopping import RIDGE_SHARE
+
+    span = 50
+    assert RIDGE_SHARE * 4e-4 < 3e-4 and RIDGE_SHARE * 4e-4 > 5e-5
+    values, gradients = _pulled_climb(rise_per_span / span, 2e-3)
+    rule = StoppingRule(1e-3, 3, 50, span, reach_per_span=0.2)
+    assert (feed(rule, values, gradients) is not None) == fires
+    # without the reach the pull holds the fit either way
+    assert feed(StoppingRule(1e-3, 3, 50, span), values, gradients) is None

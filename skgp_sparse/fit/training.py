@@ -425,7 +425,8 @@ def stopping_rule(settings, steps_per_epoch):
     period = min(steps_per_epoch, PERIOD_STEPS)
     span = min(steps_per_epoch, RATE_SPAN_STEPS)
     snr = MAX_GRADIENT_SNR if steps_per_epoch > 1 else None
-    return StoppingRule(settings.tol, settings.n_iter_no_change, period, span, max_gradient_snr=snr)
+    return StoppingRule(settings.tol, settings.n_iter_no_change, period, span, max_gradient_snr=snr,
+                        reach_per_span=settings.learning_rate * span)
 
 
 def monitor_size(plan):
