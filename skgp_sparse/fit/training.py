@@ -445,8 +445,8 @@ def monitor_size(plan):
     at each epoch's end was a quarter of the stream's time. Sized to the period, the
     sample costs a small set what it costs a large one. Its rows are the same at every
     period, so a smaller sample is not noisier from period to period, only a smaller
-    picture of the whole (docs/benchmarks.md, "The stopping rule's sample sized to its
-    period").
+    picture of the whole (docs/benchmarks.md, "The stopping rule's sample and the
+    ridge").
     """
     period_rows = min(plan.steps_per_epoch, PERIOD_STEPS) * plan.batch_rows
     return int(min(MONITOR_ROWS, max(MONITOR_MIN_ROWS, period_rows // MONITOR_SHARE)))
