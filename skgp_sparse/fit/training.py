@@ -336,10 +336,10 @@ ONE_BATCH_Q_STEPS = 6
 #: at most SEARCH_ROWS rows, and the search's own evaluations have left q near there.
 STREAM_HAND_OVER_Q_STEPS = 20
 #: A hand-over step that raises the bound by less than this share of its size ends the
-#: hand-over. The steps' rises fall off geometrically from the search's end: on KEEL ring, 2.2e-5, 3e-6, ... nats per
-#: row, 21 passes and 0.43 s (6% of the fit) to gain 2.7e-5 in all. With this tolerance
-#: the seven binary sets of docs/benchmarks.md fit the same accuracy and log-loss to four
-#: digits.
+#: hand-over. The steps' rises fall off geometrically from the search's end: on KEEL
+#: ring 2.2e-5, 3e-6, ... nats per row, 21 passes and 0.43 s (6% of the fit) to gain
+#: 2.7e-5 in all. With this tolerance the seven binary sets of docs/benchmarks.md fit the
+#: same accuracy and log-loss to four digits.
 STREAM_HAND_OVER_Q_RTOL = 1e-5
 
 
