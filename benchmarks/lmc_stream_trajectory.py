@@ -83,12 +83,12 @@ def main():
         if history.n_epochs % args.every:
             return
         start = time.perf_counter()
+        seconds = start - context["start"] - scoring[0]
         m = copy.deepcopy(model)
         m.optimal_q_over(context["batches"](np.random.default_rng(0)), joint=True)
         mean, var, _ = m._marginals(np.asarray(X, dtype=np.float64), False)
         var = np.asarray(var) + np.asarray(m.noise.value)[None, :]
         s = _scores(Y, hidden, info["outputs"], np.asarray(mean), var)
-        seconds = time.perf_counter() - context["start"] - scoring[0]
         trajectory.append((history.n_epochs, seconds, s))
         print(f"  epoch {history.n_epochs:3d}, stream {seconds:6.1f} s: RMSE / NLPD {s['all'][0]:.3f} / "
               f"{s['all'][1]:.3f}", flush=True)
@@ -114,7 +114,8 @@ def main():
     s = _scores(Y, hidden, info["outputs"], mean, var)
     print(f"{args.set}, random_state {args.random_state}: fit {fit_s:.1f} s (scoring excluded), {reg.n_iter_} epochs, "
           f"RMSE / NLPD {s['all'][0]:.3f} / {s['all'][1]:.3f}")
-    print("  seconds: " + ", ".join(f"{name} {sum(v):.1f}" for name, v in times.items() if name not in ("stream", "search stages"))
+    phases = [f"{name} {sum(v):.1f}" for name, v in times.items() if name not in ("stream", "search stages")]
+    print("  seconds: " + ", ".join(phases)
           + f", stream {sum(times.get('stream', [0.0])) - scoring[0]:.1f}; search stages "
           + ", ".join(f"{v:.1f}" for v in times.get("search stages", [])))
     print("  per output: " + ", ".join(f"{k} {v[0]:.3f} / {v[1]:.3f}" for k, v in s.items() if k != "all"))
