@@ -256,7 +256,7 @@ def search_hyperparameters(settings, plan, model, search_model, rows, Y, rng):
     2. where the fit learns its inducing inputs and the objective is the collapsed bound
        (a Gaussian likelihood), the inducing inputs and the hyperparameters together, from
        the first stage's end, for at most :func:`inducing_search_iterations` iterations
-       (the moved inputs are split back into the basis's sets). The stream's Adam steps on the
+       (:data:`LMC_INDUCING_SEARCH_ITER` for an LMC's stream, ``plan.lmc``) (the moved inputs are split back into the basis's sets). The stream's Adam steps on the
        inducing inputs recover little of what this stage finds (measured, default
        regressor, ``benchmarks/bench_search_rows.py --without-inducing-stage``: test RMSE
        without it and with it, weather 0.2038 and 0.1869, storms 0.2589 and 0.2507,
@@ -489,8 +489,9 @@ def run_training(settings, plan, model, rows, Y, rng, steps_done=0):
     returns ``(history, schedule, bound)``, the state where the rows are.
 
     A one-batch fit whose q(u) is optimal in closed form optimises the collapsed bound
-    (:func:`run_collapsed`); every other fit runs minibatch natural-gradient training,
-    then settles q(u) at the final hyperparameters. ``bound`` is the ELBO of the fitted
+    (:func:`run_collapsed`); every other fit runs minibatch natural-gradient training
+    (for at most :func:`stream_epochs` epochs), then settles q(u) at the final
+    hyperparameters. ``bound`` is the ELBO of the fitted
     model on all training rows (None when the user interrupted the fit). ``rows`` is a
     :class:`.rows.Rows`; Y is in memory.
     """
