@@ -716,3 +716,48 @@ def test_one_batch_lmc_search_starts_at_the_jitter_of_its_noise_floor(monkeypatc
         warnings.simplefilter("ignore")
         SparseGPRegressor(missing_targets="mask", n_inducing=10, random_state=0).fit(X, Y)
     assert [floor for _, floor, _ in searches][:1] == [None]
+
+
+def test_lmc_stream_searches_fewer_rows_and_iterations_and_stops_at_its_step_cap(monkeypatch):
+    """An LMC's minibatch fit: its exact search reads LMC_SEARCH_ROWS rows, its second stage
+    runs LMC_INDUCING_SEARCH_ITER iterations, and the stream after it stops after
+    LMC_STREAM_STEPS steps (rounded up to epochs) without a ConvergenceWarning. Independent
+    outputs and a single output keep SEARCH_ROWS, the second stage of their rows and
+    max_iter; so does a warm start of the LMC (no search)."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    from skgp_sparse.fit import plan as fit_plan, training
+
+    monkeypatch.setattr(fit_plan, "SEARCH_ROWS", 60)
+    monkeypatch.setattr(fit_plan, "LMC_SEARCH_ROWS", 30)
+    monkeypatch.setattr(training, "LMC_INDUCING_SEARCH_ITER", 7)
+    monkeypatch.setattr(training, "LMC_STREAM_STEPS", 5)  # 2 epochs of 4 steps
+    searches = []
+    original = training.optimise_collapsed
+
+    def recording(model, X, Y, *args, **kwargs):
+        searches.append((X.shape[0], kwargs["max_iter"]))
+        return original(model, X, Y, *args, **kwargs)
+
+    monkeypatch.setattr(training, "optimise_collapsed", recording)
+    X, Y = _data(n=100, n_outputs=3, missing=0.1)
+    params = dict(missing_targets="mask", n_inducing=8, batch_size=25, max_iter=6, tol=0.0, random_state=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lmc = SparseGPRegressor(n_latent=2, **params).fit(X, Y)
+    assert searches == [(30, training.SEARCH_FIRST_STAGE_MAX_ITER), (30, 7)]
+    assert lmc.n_iter_ == 2
+    assert not any(issubclass(w.category, ConvergenceWarning) and "max_iter" in str(w.message) for w in caught)
+    searches.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lmc.set_params(warm_start=True).fit(X, Y)
+    assert searches == [] and lmc.n_iter_ == 6
+    for other, y in ((dict(), Y), (dict(missing_targets="error"), np.nan_to_num(Y[:, 0]))):
+        searches.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fitted = SparseGPRegressor(**{**params, **other}).fit(X, y)
+        assert searches == [(60, training.SEARCH_FIRST_STAGE_MAX_ITER),
+                            (60, training.inducing_search_iterations(100))]
+        assert fitted.n_iter_ == 6
