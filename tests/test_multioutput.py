@@ -663,6 +663,23 @@ def test_default_kernel_fixes_its_amplitude_under_an_lmc_only():
     assert all(kernel.k1.constant_value != 2.0 for kernel in given.latent_kernels_)
 
 
+def test_default_length_scales_start_wider_under_an_lmc_on_many_features():
+    """On ten features, rows a typical distance apart are all but uncorrelated at length
+    scales of one spread; under a learned W the search then fell to W = 0, all noise
+    (R^2 = 0). The LMC's default kernel starts its length scales at sqrt(d) spreads and
+    fits as the single-output default does; without n_latent the start is one spread."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 10))
+    y = 2.0 * X[:, 4] + np.sin(X[:, 4]) + 0.5 * rng.normal(size=200)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lmc = SparseGPRegressor(n_latent=1, n_inducing=10, random_state=0).fit(X, y)
+        single = SparseGPRegressor(n_inducing=10, random_state=0).fit(X, y)
+    assert single.score(X, y) > 0.9
+    assert lmc.score(X, y) > single.score(X, y) - 0.01
+    assert np.abs(lmc.mixing_matrix_).min() > 0.1
+
+
 def test_auto_noise_bounds_floor_each_output_at_1e_3_under_an_lmc_only():
     # Two noiseless outputs that are exact combinations of one smooth function: left
     # free, their noise would go to the lowest bound allowed.

@@ -1,4 +1,4 @@
-"""scikit-learn's own estimator checks, for every basis, every likelihood and float32."""
+"""scikit-learn's own estimator checks, for every basis, every likelihood, float32 and LMC."""
 
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
@@ -24,6 +24,8 @@ REGRESSORS = [
     SparseGPRegressor(likelihood="student_t", n_inducing=20, max_iter=100, random_state=0),
     SparseGPRegressor(likelihood="poisson", n_inducing=20, max_iter=100, random_state=0),
     SparseGPRegressor(n_inducing=20, max_iter=50, random_state=0, dtype="float32"),
+    SparseGPRegressor(n_latent=1, n_inducing=10, max_iter=200, random_state=0),
+    SparseGPRegressor(n_latent=2, missing_targets="mask", n_inducing=10, max_iter=200, random_state=0),
 ]
 CLASSIFIERS = [
     SparseGPClassifier(n_inducing=10, max_iter=30, random_state=0),
@@ -44,7 +46,20 @@ FLOAT32_WEIGHTS = {
 }
 
 
+#: An LMC's bound has several optima on one output (two latents can share it in many ways)
+#: and its search stops at ``tol``: the weighted and the repeated-rows fits end apart (by
+#: up to 0.05 in the predictions at n_latent=1, 4e-4 at tol=1e-9; 1.5 at n_latent=2).
+LMC_WEIGHTS = {
+    "check_sample_weight_equivalence_on_dense_data": (
+        "weights and repeated rows give the same objective, but an LMC's search ends at its tolerance "
+        "or at another of the bound's optima"
+    ),
+}
+
+
 def expected_failures(estimator):
+    if isinstance(estimator, SparseGPRegressor) and estimator.n_latent is not None:
+        return LMC_WEIGHTS
     collapsed = (
         isinstance(estimator, SparseGPRegressor) and estimator.basis == "coupled" and estimator.likelihood == "gaussian"
     )

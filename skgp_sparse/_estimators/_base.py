@@ -71,6 +71,11 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         estimator whose outputs scale its latents fixes it."""
         return True
 
+    def _default_length_scale_widening(self, n_features):
+        """The default kernel's length scales start at this multiple of each feature's
+        spread (1 by default)."""
+        return 1.0
+
     def _latent_noise_from_white(self):
         """Whether top-level WhiteKernel terms are white noise of the latent function
         (non-Gaussian likelihoods) rather than observation noise (Gaussian)."""
@@ -120,7 +125,8 @@ class SparseGPBase(BoundMethods, BaseEstimator):
             strata = None if strata is None else strata[present]
         kernel = resolve_kernel(self.kernel, sample.shape[1], feature_scale(sample, sample_weight),
                                 matern_nu=self._DEFAULT_MATERN_NU,
-                                learn_amplitude=self._default_kernel_learns_amplitude())
+                                learn_amplitude=self._default_kernel_learns_amplitude(),
+                                widen=self._default_length_scale_widening(sample.shape[1]))
         if self.learn_inducing and not kernel.has_input_gradient:
             warn(
                 f"{type(self).__name__}: the kernel {kernel.to_sklearn()!r} has parts without an input "
