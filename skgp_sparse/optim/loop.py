@@ -384,61 +384,94 @@ def train(
     if batches is None:
         batches = array_batches(X, Y, batch_size)
         steps_per_epoch = -(-X.shape[0] // batch_size)
-    start = time.perf_counter()
-    progress = Progress(verbose, start, model.rows_counted, steps_per_epoch)
-    steps_before = history.n_steps
+    progress = Progress(verbose, time.perf_counter(), model.rows_counted, steps_per_epoch)
     monitor = None if monitor_rows is None else (lambda: model.sample_elbo(*monitor_rows) / model.rows_counted)
-    deferred = None
-    held = None
+    steps = _EpochSteps(model, history, stopping, schedule, adam, warmup_steps, check_every, callback)
     try:
         for _ in range(max_iter):
             record = _EpochRecord(model, history, stopping, progress, monitor)
-            epoch, epoch_open, converged = history.n_epochs + 1, True, False
+            open_epoch = record
             try:
-                for xb, yb in batches(rng):
-                    if held is None:
-                        # At the first batch: Adam moves the hyperparameters on the rows'
-                        # device (with checks at once too, so that both paths compute
-                        # alike), and a deferred step then reads nothing between checks.
-                        held = checks_on_device(xb) and model.hold_hyperparameters_on(xb)
-                        if held and callback is not None:
-                            callback = _with_host_hyperparameters(callback, xb)
-                    if deferred is None and check_every is not None and checks_on_device(xb):
-                        deferred = DeferredSteps(model, schedule, adam, stopping, check_every)
-                    steps_taken = history.n_steps - steps_before + (0 if deferred is None else len(deferred.pending))
-                    warming_up = steps_taken < warmup_steps
-                    if deferred is None or deferred.take_carefully():
-                        converged = _careful_step(record, xb, yb, schedule, adam, warming_up, epoch)
-                    elif deferred.take(xb, yb, warming_up, epoch):
-                        converged = deferred.check(record, epoch)
-                    if converged:
-                        break
-                if deferred is not None and not converged:
-                    converged = deferred.check(record, epoch)
-                epoch_open = False
+                converged = steps.run(record, batches(rng))
+                open_epoch = None
                 history.converged = history.converged or converged
-                _close_epoch(model, history, record.total / record.count, progress, callback)
+                _close_epoch(model, history, record.total / record.count, progress, steps.callback)
                 schedule.end_epoch(record.total / record.count / model.rows_counted)
-                if converged:
-                    break
             except KeyboardInterrupt:
-                if deferred is not None:
-                    deferred.discard()
-                if history.n_steps == steps_before:
+                if not steps.interrupted(open_epoch):
                     raise
-                history.interrupted = True
-                if epoch_open and record.count:
-                    # The partial epoch counts: its mean ELBO is over the steps it completed.
-                    history.n_epochs += 1
-                    history.elbo.append(record.total / record.count)
+                break
+            if converged:
                 break
     finally:
-        if held:
+        if steps.held:
             # Whatever ended the loop (its end, an error, an interrupt), the model leaves
             # it with host hyperparameters, as it came in.
             model.hold_hyperparameters_on_host()
             adam.moments_to_host(HYPERPARAMETERS)
     return history
+
+
+class _EpochSteps:
+    """The steps of :func:`train`'s epochs and what they keep from one epoch to the next:
+    whether Adam holds the hyperparameters on the rows' device (``held``, decided at the
+    first batch), the deferred checks of a device's steps, and the steps taken so far
+    (the warm-up counts them)."""
+
+    def __init__(self, model, history, stopping, schedule, adam, warmup_steps, check_every, callback):
+        self.model, self.history, self.stopping = model, history, stopping
+        self.schedule, self.adam = schedule, adam
+        self.warmup_steps, self.check_every, self.callback = warmup_steps, check_every, callback
+        self.steps_before = history.n_steps
+        self.held, self.deferred = None, None
+
+    def run(self, record, batches):
+        """One epoch of steps over ``batches``, recorded in ``record``; True when the
+        stopping rule says the fit has converged."""
+        epoch = self.history.n_epochs + 1
+        for xb, yb in batches:
+            if self.held is None:
+                self._first_batch(xb)
+            if self.deferred is None and self.check_every is not None and checks_on_device(xb):
+                self.deferred = DeferredSteps(self.model, self.schedule, self.adam, self.stopping, self.check_every)
+            warming_up = self._steps_taken() < self.warmup_steps
+            if self.deferred is None or self.deferred.take_carefully():
+                converged = _careful_step(record, xb, yb, self.schedule, self.adam, warming_up, epoch)
+            elif self.deferred.take(xb, yb, warming_up, epoch):
+                converged = self.deferred.check(record, epoch)
+            else:
+                converged = False
+            if converged:
+                return True
+        return self.deferred is not None and self.deferred.check(record, epoch)
+
+    def _first_batch(self, xb):
+        # Adam moves the hyperparameters on the rows' device (with checks at once too, so
+        # that both paths compute alike), and a deferred step then reads nothing between
+        # checks.
+        self.held = checks_on_device(xb) and self.model.hold_hyperparameters_on(xb)
+        if self.held and self.callback is not None:
+            self.callback = _with_host_hyperparameters(self.callback, xb)
+
+    def _steps_taken(self):
+        pending = 0 if self.deferred is None else len(self.deferred.pending)
+        return self.history.n_steps - self.steps_before + pending
+
+    def interrupted(self, open_epoch):
+        """Bookkeeping of a KeyboardInterrupt: the steps not yet checked are dropped, and
+        the completed steps of the epoch it cut short (``open_epoch``, its record; None
+        once the epoch was closed) count. False when no step of this fit completed: the
+        interrupt is then raised again (there is no fit to keep)."""
+        if self.deferred is not None:
+            self.deferred.discard()
+        if self.history.n_steps == self.steps_before:
+            return False
+        self.history.interrupted = True
+        if open_epoch is not None and open_epoch.count:
+            # The partial epoch counts: its mean ELBO is over the steps it completed.
+            self.history.n_epochs += 1
+            self.history.elbo.append(open_epoch.total / open_epoch.count)
+        return True
 
 
 #: The hyperparameters among the parameters Adam moves: those whose gradient the stopping
