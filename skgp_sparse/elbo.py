@@ -359,6 +359,11 @@ class VariationalModel:
             grads["likelihood"] = scale * likelihood_sums
         return grads
 
+    def learns_mixing(self):
+        """Whether the outputs are learned mixtures of latent functions (an LMC): False for
+        one output or independent ones."""
+        return False
+
     def search_noise_floor(self):
         """The noise variance at whose jitter a one-batch fit's search starts, or None: the
         jitter then follows the noise the search finds (see

@@ -29,6 +29,7 @@ def model(closed_form=True, exact=True, conjugate=True, natural=True, joint=Fals
         q_optimal_in_closed_form=lambda: closed_form,
         natural_step_is_exact=lambda jointly=True: exact,
         solves_q_in_closed_form=lambda: joint,
+        learns_mixing=lambda: False,
         natural=natural, learn_hyperparameters=learns,
         likelihood=types.SimpleNamespace(conjugate=conjugate),
     )

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..multioutput.model import MixedModel
-
 #: Rows per chunk of :func:`feature_scale`'s second pass.
 SCALE_CHUNK = 65536
 
@@ -154,7 +152,7 @@ def lmc_streams(model, one_batch):
     """Whether the fit is an LMC's minibatch stream: several outputs mixed through a learned
     W (``n_latent``), not in one batch (a one-batch LMC is the search of its collapsed bound,
     unchanged). Independent outputs (a fixed W) and single outputs are not."""
-    return not one_batch and isinstance(model, MixedModel) and model.state.mixing_learned
+    return not one_batch and model.learns_mixing()
 
 
 def batch_rows(batch_size, n_rows, collapses):

@@ -213,13 +213,11 @@ LMC_STREAM_STEPS = 90
 
 def stream_epochs(settings, plan):
     """Epochs at most of the minibatch stream: ``max_iter``, or for an LMC's stream after
-    its search fewer, :data:`LMC_STREAM_STEPS` steps rounded up to whole epochs; and
-    whether that cap is below ``max_iter`` (then reaching it ends the fit as designed,
-    with no ConvergenceWarning)."""
+    its search fewer, :data:`LMC_STREAM_STEPS` steps rounded up to whole epochs (a cap
+    below ``max_iter`` ends the fit as designed, with no ConvergenceWarning)."""
     if not (plan.lmc and plan.search):
-        return settings.max_iter, False
-    cap = max(1, -(-LMC_STREAM_STEPS // plan.steps_per_epoch))
-    return min(cap, settings.max_iter), cap < settings.max_iter
+        return settings.max_iter
+    return min(-(-LMC_STREAM_STEPS // plan.steps_per_epoch), settings.max_iter)
 
 
 def inducing_search_iterations(n_rows):
@@ -532,7 +530,7 @@ def run_training(settings, plan, model, rows, Y, rng, steps_done=0):
             bound = settle_and_bound(plan, model, rows, Y, rng, schedule)
         return history, schedule, bound
     stopping = stopping_rule(settings, plan.steps_per_epoch)
-    max_epochs, capped = stream_epochs(settings, plan)
+    max_epochs = stream_epochs(settings, plan)
     history = train(
         model,
         None,
@@ -553,7 +551,7 @@ def run_training(settings, plan, model, rows, Y, rng, steps_done=0):
     if history.interrupted:
         return history, schedule, None
     bound = settle_and_bound(plan, model, rows, Y, rng, schedule)
-    if not history.converged and not (capped and history.n_epochs >= max_epochs):
+    if not history.converged and not (max_epochs < settings.max_iter and history.n_epochs >= max_epochs):
         warn(
             f"{settings.name} stopped at max_iter={settings.max_iter} epochs before converging: "
             f"{stopping.reason_not_converged()}; increase max_iter (or tol)",

@@ -339,6 +339,9 @@ class MixedModel(VariationalModel):
                 means[g] = self.basis.marginals(self.kernels[g], tape.X, groups[g], self.jitter, False)[0]
         return dataclasses.replace(self.state, groups=tuple(groups))
 
+    def learns_mixing(self):
+        return self.state.mixing_learned
+
     def search_noise_floor(self):
         """The smallest noise variance a one-batch fit's search may reach, where it should
         set the jitter from the start: an LMC's (a learned mixing) with learned noises, else
@@ -354,7 +357,7 @@ class MixedModel(VariationalModel):
         the rerun, 0.27-0.28 with one search (NLPD -0.30 to -0.49, GPyTorch's 0.14-0.77), in
         about half the time; airquality's RMSE / NLPD 0.829 / 1.259 at seeds 0 to 2.
         """
-        if not self.state.mixing_learned or self.noise is None or not self.noise.learned:
+        if not self.learns_mixing() or self.noise is None or not self.noise.learned:
             return None
         return float(np.min(np.exp(np.asarray(self.noise.log_bounds[0], dtype=np.float64))))
 
