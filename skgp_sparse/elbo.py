@@ -486,6 +486,24 @@ class VariationalModel:
             and not (self.layout is not None and self.layout.known_noise)
         )
 
+    def land_on_pseudo_optimum(self, X, targets, beta):
+        """Move q to its optimum under the Gaussian pseudo-observations ``targets`` and
+        ``beta`` (:meth:`pseudo_observations`, perhaps taken at other hyperparameters) on
+        the rows X, at the current hyperparameters: the q of
+        :meth:`pseudo_collapsed_evaluate` there.
+
+        It is a natural step of size one (exact under Gaussian observations) on the
+        pseudo-model's derivatives in each row's marginal mean and variance,
+        beta (t - m) and -beta / 2, which at the q and hyperparameters where the
+        observations were taken are the likelihood's own.
+        """
+        xp = backend.namespace(X)
+        mean, _, tape = self._marginals(X, need_grad="natural")
+        beta = xp.reshape(beta, (-1, 1))
+        d_mean = beta * (targets - mean)
+        d_var = -0.5 * beta * xp.ones_like(mean)
+        self.state = self.natural_step(BatchResult(None, {}, tape, d_mean, d_var), 1.0)
+
     def pseudo_collapsed_evaluate(self, X, targets, beta, constant):
         """The collapsed bound of the Gaussian pseudo-model of :meth:`pseudo_observations`
         (``targets``, per-row precisions ``beta``, ``constant``) on the rows X, with q(u)

@@ -96,6 +96,38 @@ def test_away_from_q_optimum_the_pseudo_bound_is_above_the_elbo_at_that_q():
     assert result.elbo > model.evaluate(X, Y, need_grad=False).elbo + 1.0
 
 
+def pseudo_model_elbo(model, X, pseudo):
+    """The pseudo-model's ELBO at the model's q: its constant, its Gaussian terms at the
+    marginals, less KL(q || p)."""
+    targets, beta, constant = pseudo
+    mean, var, _ = model.basis.marginals(model.kernel, X, model.state, model.jitter, False)
+    gaussian = -0.5 * np.sum(beta * ((mean[:, 0] - targets[:, 0]) ** 2 + var[:, 0]))
+    return constant + gaussian - model.basis.kl_divergence(model.kernel, model.state, model.jitter)
+
+
+def test_landing_on_the_pseudo_optimum_at_other_hyperparameters():
+    """At hyperparameters other than those the observations were taken at, q lands where
+    the pseudo-model's ELBO is its collapsed bound (q optimal for it), from well below."""
+    model, X, Y = bernoulli_problem(seed=8)
+    pseudo = model.pseudo_observations(X, Y)
+    model.kernel.theta = model.kernel.theta + np.array([0.4, -0.3, 0.2])
+    collapsed = model.pseudo_collapsed_evaluate(X, *pseudo).elbo
+    assert pseudo_model_elbo(model, X, pseudo) < collapsed - 1.0
+    model.land_on_pseudo_optimum(X, *pseudo[:2])
+    assert np.isclose(pseudo_model_elbo(model, X, pseudo), collapsed, rtol=1e-10)
+
+
+def test_landing_on_the_pseudo_optimum_where_it_was_taken_is_a_natural_step():
+    """Where the observations were taken, the landing is the likelihood's own natural
+    step of size one."""
+    model, X, Y = bernoulli_problem(seed=9)
+    pseudo = model.pseudo_observations(X, Y)
+    expected = model.natural_step(model.evaluate(X, Y, need_grad="natural"), 1.0)
+    model.land_on_pseudo_optimum(X, *pseudo[:2])
+    np.testing.assert_allclose(model.state.q_mean, expected.q_mean, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(np.tril(model.state.q_sqrt), np.tril(expected.q_sqrt), rtol=1e-9, atol=1e-12)
+
+
 @pytest.mark.parametrize("learn_inducing", [False, True])
 def test_pseudo_bound_gradients_match_finite_differences(learn_inducing):
     """The gradient of the pseudo-model's bound at fixed observations, in the kernel's
