@@ -90,3 +90,69 @@ def test_adam_step_scales_multiply_the_learning_rate_per_parameter():
     out = adam.step({"z": np.zeros((3, 2)), "t": np.zeros(1)}, {"z": np.ones((3, 2)), "t": np.ones(1)})
     np.testing.assert_allclose(out["z"], np.tile([1e-7, 1e5], (3, 1)), rtol=1e-6)
     np.testing.assert_allclose(out["t"], [0.1], rtol=1e-6)
+
+
+def _inducing_rates_of_fits(monkeypatch, fits):
+    """The ``inducing_rate`` each fit's stream hands to ``make_optimisers``: ``fits``
+    holds (estimator, targets of a function of X's rows) pairs."""
+    from skgp_sparse.fit import training
+
+    seen = []
+    plain = training.make_optimisers
+
+    def recording(*args, inducing_rate=1.0, **kwargs):
+        seen.append(inducing_rate)
+        return plain(*args, inducing_rate=inducing_rate, **kwargs)
+
+    monkeypatch.setattr(training, "make_optimisers", recording)
+    X = np.random.default_rng(0).uniform(-2, 2, size=(300, 2))
+    f = np.sin(2 * X[:, 0]) + X[:, 1]
+    rates = []
+    for estimator, targets in fits:
+        seen.clear()
+        estimator.fit(X, targets(f))
+        rates.append(list(seen))
+    return rates
+
+
+def test_inducing_inputs_move_slower_in_a_stream_from_the_searchs_q(monkeypatch):
+    """A minibatch stream that starts from the exact search's q(u) under a non-conjugate
+    likelihood (on the search's coupled basis) moves the inducing inputs at
+    SEARCHED_Q_INDUCING_RATE of Adam's rate; a Gaussian likelihood, another basis, a
+    one-batch fit and a many-class stream (no search) keep the full rate. And Adam takes
+    it: its step scale on the inducing inputs is that share of the plain one."""
+    import warnings
+
+    from skgp_sparse import SparseGPClassifier, SparseGPRegressor
+    from skgp_sparse.fit.training import SEARCHED_Q_INDUCING_RATE, make_optimisers
+
+    common = dict(n_inducing=10, batch_size=100, max_iter=2, random_state=0)
+    binary, counts = (lambda f: (f > 0).astype(int)), (lambda f: np.round(np.exp(f)))
+    fits = [(SparseGPClassifier(**common), binary),
+            (SparseGPRegressor(likelihood="poisson", **common), counts),
+            (SparseGPRegressor(**common), lambda f: f),
+            (SparseGPClassifier(basis="inverse_free", **common), binary),
+            (SparseGPClassifier(**{**common, "batch_size": None}), binary),
+            (SparseGPClassifier(**common), lambda f: np.digitize(f, [-1.0, 0.0, 1.0]))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rates = _inducing_rates_of_fits(monkeypatch, fits)
+    slow = [SEARCHED_Q_INDUCING_RATE]
+    assert rates == [slow, slow, [1.0], [1.0], [1.0], [1.0]]
+
+    # Adam takes it: its step scale on the inducing inputs is that share of the plain one.
+    from types import SimpleNamespace
+
+    from sklearn.gaussian_process.kernels import RBF
+
+    from skgp_sparse.bases import coupled
+    from skgp_sparse.elbo import VariationalModel
+    from skgp_sparse.kernels import compile_kernel
+    from skgp_sparse.likelihoods import BernoulliLikelihood
+
+    model = VariationalModel(coupled, compile_kernel(RBF([0.5, 2.0])), BernoulliLikelihood("probit"),
+                             coupled.init_state(np.zeros((4, 2)), n_outputs=1, n_covariances=1), 100)
+    settings = SimpleNamespace(natural_step_size=1.0, learning_rate=0.01)
+    plain, slower = (make_optimisers(settings, model, np.ones(2), False, 0, inducing_rate=rate)[1] for rate in (1.0, 0.3))
+    np.testing.assert_allclose(plain.step_scales["inducing"], [0.5, 1.0])
+    np.testing.assert_allclose(slower.step_scales["inducing"], [0.15, 0.3])

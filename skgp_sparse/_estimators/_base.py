@@ -45,7 +45,7 @@ from ._common import (
 from ..fit.jitter import starting_jitter
 from ..fit.pipeline import run_fit, run_partial_fit
 from ..fit.placement import dispatch_namespace, fit_device, is_dask_collection
-from ..fit.plan import feature_scale
+from ..fit.plan import SEARCH_BASIS, feature_scale
 from ..fit.rows import DaskRows, InMemoryRows, device_rows, host_copies, stream_inputs, stream_sample
 from ..fit.settings import FitSettings
 from .._warnings import warn
@@ -164,8 +164,8 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         n_outputs, n_covariances = self._latent_shape()
         sets = [getattr(model.state, name) for name in model.basis.INDUCING_FIELDS]
         inducing = np.concatenate([np.array(backend.to_numpy(z), dtype=np.float64) for z in sets if z is not None])
-        state = BASES["coupled"].init_state(inducing, n_outputs=n_outputs, n_covariances=n_covariances)
-        search = self._build_model(copy.deepcopy(model.kernel), state, n_rows, basis="coupled",
+        state = BASES[SEARCH_BASIS].init_state(inducing, n_outputs=n_outputs, n_covariances=n_covariances)
+        search = self._build_model(copy.deepcopy(model.kernel), state, n_rows, basis=SEARCH_BASIS,
                                    learn_inducing=learn_inducing)
         # The likelihood is built afresh: its learned parameters (the noise) come from model.
         search.set_adam_params(hyperparameters(model))

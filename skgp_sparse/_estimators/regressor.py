@@ -24,6 +24,7 @@ from ..fit.jitter import starting_jitter
 from ._multioutput import check_observed_columns, latent_kernels, observed_moments, observed_r2, split_missing
 from ._docs import fill_docstring
 from ..fit.placement import is_dask_collection
+from ..fit.plan import SEARCH_BASIS
 from ._common import COMMON_CONSTRAINTS, default_kernel, outputs_follow_input
 from .._warnings import warn
 
@@ -461,13 +462,13 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
             return super()._search_model(model, n_rows, learn_inducing)
         sets = [getattr(model.state, name) for name in model.basis.INDUCING_FIELDS]
         inducing = np.concatenate([np.array(backend.to_numpy(z), dtype=np.float64) for z in sets if z is not None])
-        coupled = BASES["coupled"]
-        groups = tuple(coupled.init_state(inducing, n_outputs=w, n_covariances=w) for w in model.state.widths)
+        basis = BASES[SEARCH_BASIS]
+        groups = tuple(basis.init_state(inducing, n_outputs=w, n_covariances=w) for w in model.state.widths)
         state = MixedState(groups, np.array(backend.to_numpy(model.state.mixing), dtype=np.float64),
                            model.state.mixing_learned, np.array(backend.to_numpy(model.state.offset), dtype=np.float64))
         kernels = [copy.deepcopy(k) for k in model.kernels] if self.n_latent is not None else (
             [copy.deepcopy(model.kernels[0])] * len(groups))
-        search = self._build_model(kernels, state, n_rows, basis="coupled", learn_inducing=learn_inducing)
+        search = self._build_model(kernels, state, n_rows, basis=SEARCH_BASIS, learn_inducing=learn_inducing)
         search.set_adam_params(hyperparameters(model))
         search.layout = model.layout
         search.jitter = model.jitter

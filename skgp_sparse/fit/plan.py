@@ -15,6 +15,11 @@ import numpy as np
 #: Rows per chunk of :func:`feature_scale`'s second pass.
 SCALE_CHUNK = 65536
 
+#: The basis of the exact search's model, whatever basis the fit trains (the estimators'
+#: ``_search_model``): on it the bound with q(u) optimal is Titsias' collapsed bound under
+#: a Gaussian likelihood.
+SEARCH_BASIS = "coupled"
+
 #: Rows of the exact search that starts a fresh minibatch fit (see
 #: :func:`.training.search_hyperparameters`): at most this many random rows. Measured
 #: with the default regressor against 1,024 and 4,096 rows (docs/benchmarks.md, "The
