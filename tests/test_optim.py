@@ -115,13 +115,18 @@ def _inducing_rates_of_fits(monkeypatch, fits):
     return rates
 
 
+def _no_moves(obj_func, initial_theta, bounds):
+    """A user's optimiser (GPR's protocol) that stays at its start."""
+    return initial_theta, obj_func(initial_theta, eval_gradient=False)
+
+
 def test_inducing_inputs_move_slower_in_a_stream_from_the_searchs_q(monkeypatch):
     """A minibatch stream that starts from the q(u) of the binary classifier's search on
     pseudo-observations (on the search's coupled basis) moves the inducing inputs at
     SEARCHED_Q_INDUCING_RATE of Adam's rate; the Poisson and Gaussian likelihoods,
-    another basis, a one-batch fit and a many-class stream (no search) keep the full
-    rate. And Adam takes it: its step scale on the inducing inputs is that share of the
-    plain one."""
+    another basis, a one-batch fit, a user's optimiser (the damped search) and a
+    many-class stream (no search) keep the full rate. And Adam takes it: its step scale
+    on the inducing inputs is that share of the plain one."""
     import warnings
 
     from skgp_sparse import SparseGPClassifier, SparseGPRegressor
@@ -134,12 +139,13 @@ def test_inducing_inputs_move_slower_in_a_stream_from_the_searchs_q(monkeypatch)
             (SparseGPRegressor(**common), lambda f: f),
             (SparseGPClassifier(basis="inverse_free", **common), binary),
             (SparseGPClassifier(**{**common, "batch_size": None}), binary),
+            (SparseGPClassifier(**common, optimizer=_no_moves), binary),
             (SparseGPClassifier(**common), lambda f: np.digitize(f, [-1.0, 0.0, 1.0]))]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         rates = _inducing_rates_of_fits(monkeypatch, fits)
     slow = [SEARCHED_Q_INDUCING_RATE]
-    assert rates == [slow, [1.0], [1.0], [1.0], [1.0], [1.0]]
+    assert rates == [slow, [1.0], [1.0], [1.0], [1.0], [1.0], [1.0]]
 
     # Adam takes it: its step scale on the inducing inputs is that share of the plain one.
     from types import SimpleNamespace
@@ -154,6 +160,7 @@ def test_inducing_inputs_move_slower_in_a_stream_from_the_searchs_q(monkeypatch)
     model = VariationalModel(coupled, compile_kernel(RBF([0.5, 2.0])), BernoulliLikelihood("probit"),
                              coupled.init_state(np.zeros((4, 2)), n_outputs=1, n_covariances=1), 100)
     settings = SimpleNamespace(natural_step_size=1.0, learning_rate=0.01)
-    plain, slower = (make_optimisers(settings, model, np.ones(2), False, 0, inducing_rate=rate)[1] for rate in (1.0, 0.3))
+    plain, slower = (make_optimisers(settings, model, np.ones(2), False, 0, inducing_rate=rate)[1]
+                     for rate in (1.0, 0.3))
     np.testing.assert_allclose(plain.step_scales["inducing"], [0.5, 1.0])
     np.testing.assert_allclose(slower.step_scales["inducing"], [0.15, 0.3])

@@ -126,7 +126,8 @@ def run_partial_fit(settings, model, rows, Y, rng, weights=None, stream=None, se
     Y = _to_rows_device(model, Y, plan, rows)
     if stream is None:
         schedule, adam = make_optimisers(settings, model, plan.x_scale, plan.one_batch, steps_before,
-                                         falling_elbo_backoff=False, inducing_rate=stream_inducing_rate(plan, model))
+                                         falling_elbo_backoff=False,
+                                         inducing_rate=stream_inducing_rate(settings, plan, model))
         stream = StreamState(adam, schedule, rng, plan.x_scale)
     history = run_partial_pass(settings, plan, model, rows, Y, stream)
     state_to_host(model)

@@ -107,34 +107,36 @@ def make_optimisers(settings, model, x_scale, full_batch, steps_done, falling_el
 
 #: Adam's rate on the inducing inputs, as a share of its rate on the hyperparameters, in
 #: a stream that starts from the q(u) of the binary classifier's search on
-#: pseudo-observations (:func:`stream_inducing_rate`). Adam's first steps move every coordinate by its full
-#: rate whatever the gradient, and the whitened q(u) handed over by the search then
-#: describes another function: a conjugate natural step of size one lands on the new
-#: optimum at once, a non-conjugate one climbs back over epochs, which the stopping rule
-#: reads as a fit still rising. At the full rate the default binary classifier's
-#: minibatch ELBO per row fell from -0.123 to -0.408 in the epoch where Adam started on
-#: KEEL ring (split 1), and its stream ran 33 epochs, where it ran 15 with the inducing
-#: inputs held still. At 0.3 and 0.1 ring's streams ran 15 or 16 epochs at every split;
-#: over the seven binary sets of docs/benchmarks.md at three splits (21 fits) the fits took
-#: 112.4 and 111.5 s against 117.7 s, with 6 and 9 test rows fewer right of about 21,000,
-#: the log-loss summed over the fits 0.011 and 0.006 lower (docs/benchmarks.md, "The
-#: inducing inputs' rate after the search").
-#: Many-class streams start without a search and keep the full rate: at 0.3 there KEEL
-#: letter fell from 95.95% to 95.30%.
+#: pseudo-observations (:func:`stream_inducing_rate`). Adam's first steps move every
+#: coordinate by its full rate whatever the gradient, and the whitened q(u) handed over
+#: by the search then describes another function: a conjugate natural step of size one
+#: lands on the new optimum at once, a non-conjugate one climbs back over epochs, which
+#: the stopping rule reads as a fit still rising. At the full rate the default binary
+#: classifier's minibatch ELBO per row fell from -0.123 to -0.408 in the epoch where Adam
+#: started on KEEL ring (split 1), and its stream ran 33 epochs, where it ran 15 with the
+#: inducing inputs held still. At 0.3 and 0.1 ring's streams ran 15 or 16 epochs at every
+#: split; over the seven binary sets of docs/benchmarks.md at three splits (21 fits) the
+#: fits took 112.4 and 111.5 s against 117.7 s, with 6 and 9 test rows fewer right of
+#: about 21,000, the log-loss summed over the fits 0.011 and 0.006 lower
+#: (docs/benchmarks.md, "The inducing inputs' rate after the search"). Many-class streams
+#: start without a search and keep the full rate (a first version that slowed them too
+#: took KEEL letter from 95.95% to 95.30%).
 SEARCHED_Q_INDUCING_RATE = 0.3
 
 
-def stream_inducing_rate(plan, model):
+def stream_inducing_rate(settings, plan, model):
     """Adam's rate on the inducing inputs in the stream of ``plan`` (a
     :class:`.plan.FitPlan`), as a share of its rate: :data:`SEARCHED_Q_INDUCING_RATE`
     where a minibatch stream starts from the q(u) of the search on pseudo-observations
-    (the binary classifier's, on the search's basis: :func:`_start_stream_q`), else 1.
+    (:func:`on_pseudo_observations`; on the search's basis, :func:`_start_stream_q`),
+    else 1.
 
     Only there was it measured to pay. The Poisson regressor's stream also starts from
     its search's q(u) (a damped search), and at 0.3 its test NLPD rose on both count sets
     of docs/benchmarks.md (3.731 to 3.744 and 4.028 to 4.038); a one-batch fit that goes
     on from its search was not measured."""
-    from_pseudo_search = model.basis.name == fit_plan.SEARCH_BASIS and model.takes_pseudo_observations()
+    optimizer = settings.optimizer or "fmin_l_bfgs_b"
+    from_pseudo_search = model.basis.name == fit_plan.SEARCH_BASIS and on_pseudo_observations(optimizer, model)
     return SEARCHED_Q_INDUCING_RATE if plan.search and not plan.hand_over and from_pseudo_search else 1.0
 
 
@@ -557,7 +559,7 @@ def run_training(settings, plan, model, rows, Y, rng, steps_done=0):
     :class:`.rows.Rows`; Y is in memory.
     """
     schedule, adam = make_optimisers(settings, model, plan.x_scale, plan.one_batch, steps_done,
-                                     inducing_rate=stream_inducing_rate(plan, model))
+                                     inducing_rate=stream_inducing_rate(settings, plan, model))
     if plan.collapsed:
         history, bound = run_collapsed(settings, model, rows, Y, rng, plan.x_scale)
         if plan.settle == "joint":
