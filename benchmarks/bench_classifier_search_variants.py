@@ -14,6 +14,9 @@ fresh process, one thread, its wall time split into the exact search
   pseudo-observations (``optim.pseudo.ROUND_Q_STEPS``; 4 by default);
 * ``stop_rise2``, ``stop_rise3``: the search on pseudo-observations ends once a round raises
   the bound by less than 2 or 3 times ``tol`` per row (``optim.pseudo.STOP_RISE``; 1);
+* ``inducing_rate_full``, ``inducing_rate_01``: Adam moves the inducing inputs at its full
+  rate, or at 0.1 of it, in the stream after the search on pseudo-observations
+  (``fit.training.SEARCHED_Q_INDUCING_RATE``; 0.3 by default);
 * ``ls_sqrt_d``, ``ls_sqrt_half_d``: the default kernel's form, its length scales started at
   sqrt(d) or sqrt(d / 2) times each (standardised) feature's spread of 1 instead of 1, so that
   two rows at a typical distance start at a kernel value near exp(-1) or exp(-2) on wide data.
@@ -42,6 +45,8 @@ VARIANTS = {
     "round_q2": {("optim.pseudo", "ROUND_Q_STEPS"): 2},
     "stop_rise2": {("optim.pseudo", "STOP_RISE"): 2.0},
     "stop_rise3": {("optim.pseudo", "STOP_RISE"): 3.0},
+    "inducing_rate_full": {("fit.training", "SEARCHED_Q_INDUCING_RATE"): 1.0},
+    "inducing_rate_01": {("fit.training", "SEARCHED_Q_INDUCING_RATE"): 0.1},
 }
 #: Length-scale starts as a function of the number of features d (the features are standardised).
 KERNEL_STARTS = {"ls_sqrt_d": lambda d: d ** 0.5, "ls_sqrt_half_d": lambda d: (d / 2) ** 0.5}

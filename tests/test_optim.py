@@ -93,18 +93,19 @@ def test_adam_step_scales_multiply_the_learning_rate_per_parameter():
 
 
 def _inducing_rates_of_fits(monkeypatch, fits):
-    """The ``inducing_rate`` each fit's stream hands to ``make_optimisers``: ``fits``
-    holds (estimator, targets of a function of X's rows) pairs."""
+    """The rate on the inducing inputs each fit's stream takes
+    (``training.stream_inducing_rate``): ``fits`` holds (estimator, targets of a function
+    of X's rows) pairs."""
     from skgp_sparse.fit import training
 
     seen = []
-    plain = training.make_optimisers
+    plain = training.stream_inducing_rate
 
-    def recording(*args, inducing_rate=1.0, **kwargs):
-        seen.append(inducing_rate)
-        return plain(*args, inducing_rate=inducing_rate, **kwargs)
+    def recording(*args, **kwargs):
+        seen.append(plain(*args, **kwargs))
+        return seen[-1]
 
-    monkeypatch.setattr(training, "make_optimisers", recording)
+    monkeypatch.setattr(training, "stream_inducing_rate", recording)
     X = np.random.default_rng(0).uniform(-2, 2, size=(300, 2))
     f = np.sin(2 * X[:, 0]) + X[:, 1]
     rates = []
@@ -159,8 +160,9 @@ def test_inducing_inputs_move_slower_in_a_stream_from_the_searchs_q(monkeypatch)
 
     model = VariationalModel(coupled, compile_kernel(RBF([0.5, 2.0])), BernoulliLikelihood("probit"),
                              coupled.init_state(np.zeros((4, 2)), n_outputs=1, n_covariances=1), 100)
-    settings = SimpleNamespace(natural_step_size=1.0, learning_rate=0.01)
-    plain, slower = (make_optimisers(settings, model, np.ones(2), False, 0, inducing_rate=rate)[1]
-                     for rate in (1.0, 0.3))
+    settings = SimpleNamespace(natural_step_size=1.0, learning_rate=0.01, optimizer=None)
+    plain, slower = (make_optimisers(settings, model, SimpleNamespace(one_batch=False, x_scale=np.ones(2),
+                                                                      search=search, hand_over=False), 0)[1]
+                     for search in (False, True))
     np.testing.assert_allclose(plain.step_scales["inducing"], [0.5, 1.0])
     np.testing.assert_allclose(slower.step_scales["inducing"], [0.15, 0.3])

@@ -24,7 +24,7 @@ from .placement import state_to, state_to_host
 from .plan import plan_fit, plan_pass
 from .report import report_fit, warn_q_short_of_optimum
 from .training import (StreamState, keep_the_better, make_optimisers, run_partial_pass, run_training,
-                       search_hyperparameters, stream_inducing_rate, warn_interrupted)
+                       search_hyperparameters, warn_interrupted)
 
 
 @dataclass
@@ -125,9 +125,7 @@ def run_partial_fit(settings, model, rows, Y, rng, weights=None, stream=None, se
         search_hyperparameters(settings, plan, model, search_model, rows, Y, rng)
     Y = _to_rows_device(model, Y, plan, rows)
     if stream is None:
-        schedule, adam = make_optimisers(settings, model, plan.x_scale, plan.one_batch, steps_before,
-                                         falling_elbo_backoff=False,
-                                         inducing_rate=stream_inducing_rate(settings, plan, model))
+        schedule, adam = make_optimisers(settings, model, plan, steps_before, falling_elbo_backoff=False)
         stream = StreamState(adam, schedule, rng, plan.x_scale)
     history = run_partial_pass(settings, plan, model, rows, Y, stream)
     state_to_host(model)

@@ -79,27 +79,28 @@ class StreamState:
     x_scale: np.ndarray
 
 
-def make_optimisers(settings, model, x_scale, full_batch, steps_done, falling_elbo_backoff=True, inducing_rate=1.0):
-    """The natural-step schedule and Adam of a fit with these settings (a :class:`.settings.FitSettings`).
+def make_optimisers(settings, model, plan, steps_done, falling_elbo_backoff=True):
+    """The natural-step schedule and Adam of a fit with these settings (a :class:`.settings.FitSettings`)
+    as ``plan`` (a :class:`.plan.FitPlan`) lays it out.
 
     ``steps_done`` (a warm start) lets the natural-step schedule continue where it was
     rather than restart with large steps that would forget the fitted q(u). Without a
     conjugate likelihood the schedule warms up and also backs off on a falling ELBO
     (unless ``falling_elbo_backoff`` is False: partial_fit calls see different rows, so
-    their ELBOs are not comparable). Adam moves the inducing inputs at ``inducing_rate``
-    times its rate (see :func:`stream_inducing_rate`).
+    their ELBOs are not comparable). Adam moves the inducing inputs at
+    :func:`stream_inducing_rate` times its rate.
     """
     conjugate = model.likelihood.conjugate
     schedule = NaturalStepSchedule(
         settings.natural_step_size,
         conjugate=conjugate,
-        full_batch=full_batch,
+        full_batch=plan.one_batch,
         elbo_drop_tol=None if conjugate or not falling_elbo_backoff else ELBO_DROP_TOL,
     )
     schedule.t = steps_done
     # Inducing inputs live in data units: their Adam steps scale with each feature's spread,
     # or with its length scale where that is shorter.
-    step = inducing_rate * inducing_step_scale(model.kernel, x_scale)
+    step = stream_inducing_rate(settings, plan, model) * inducing_step_scale(model.kernel, plan.x_scale)
     scales = {name: step for name in model.basis.INDUCING_FIELDS}
     adam = Adam(learning_rate=settings.learning_rate, step_scales=scales)
     return schedule, adam
@@ -135,8 +136,7 @@ def stream_inducing_rate(settings, plan, model):
     its search's q(u) (a damped search), and at 0.3 its test NLPD rose on both count sets
     of docs/benchmarks.md (3.731 to 3.744 and 4.028 to 4.038); a one-batch fit that goes
     on from its search was not measured."""
-    optimizer = settings.optimizer or "fmin_l_bfgs_b"
-    from_pseudo_search = model.basis.name == fit_plan.SEARCH_BASIS and on_pseudo_observations(optimizer, model)
+    from_pseudo_search = model.basis.name == fit_plan.SEARCH_BASIS and on_pseudo_observations(settings, model)
     return SEARCHED_Q_INDUCING_RATE if plan.search and not plan.hand_over and from_pseudo_search else 1.0
 
 
@@ -322,10 +322,10 @@ def search_hyperparameters(settings, plan, model, search_model, rows, Y, rng):
     inputs' search coordinates).
     """
     X, Y = rows.search_rows(Y, plan.search_rows, rng)
-    optimizer = settings.optimizer or "fmin_l_bfgs_b"
+    optimizer = search_optimizer(settings)
     search = search_model(model, model.n_data, False)
     fields = [name for name in model.basis.INDUCING_FIELDS if name in model.learn_fields]
-    binary_rounds = on_pseudo_observations(optimizer, search)
+    binary_rounds = on_pseudo_observations(settings, search)
     pseudo = binary_rounds and not plan.hand_over
     second_stage = bool(fields) and search.q_optimal_in_closed_form()
     max_iter = SEARCH_FIRST_STAGE_MAX_ITER if second_stage else SEARCH_MAX_ITER
@@ -360,7 +360,12 @@ def search_hyperparameters(settings, plan, model, search_model, rows, Y, rng):
     return _hand_over(model, search, X, Y, X.shape[0] == rows.n_rows)
 
 
-def on_pseudo_observations(optimizer, search):
+def search_optimizer(settings):
+    """The exact search's optimiser: the user's, or L-BFGS-B (GPR's default)."""
+    return settings.optimizer or "fmin_l_bfgs_b"
+
+
+def on_pseudo_observations(settings, search):
     """Whether the exact search of ``search`` (its model) can run in rounds on Gaussian
     pseudo-observations (:func:`~skgp_sparse.optim.pseudo.optimise_pseudo`): L-BFGS-B,
     a likelihood without a collapsed bound that asks for them (the binary classifier's),
@@ -375,7 +380,8 @@ def on_pseudo_observations(optimizer, search):
     a round's L-BFGS-B also converges within its iterations (four then) doubled the
     search on the seven binary sets, and ring's and twonorm's streams then ran 49 and 62 epochs
     along the ridge past where the search ended."""
-    return optimizer == "fmin_l_bfgs_b" and not search.q_optimal_in_closed_form() and search.takes_pseudo_observations()
+    return (search_optimizer(settings) == "fmin_l_bfgs_b" and not search.q_optimal_in_closed_form()
+            and search.takes_pseudo_observations())
 
 
 #: Damped natural steps at most per evaluation of the damped search that ends a one-batch
@@ -558,8 +564,7 @@ def run_training(settings, plan, model, rows, Y, rng, steps_done=0):
     model on all training rows (None when the user interrupted the fit). ``rows`` is a
     :class:`.rows.Rows`; Y is in memory.
     """
-    schedule, adam = make_optimisers(settings, model, plan.x_scale, plan.one_batch, steps_done,
-                                     inducing_rate=stream_inducing_rate(settings, plan, model))
+    schedule, adam = make_optimisers(settings, model, plan, steps_done)
     if plan.collapsed:
         history, bound = run_collapsed(settings, model, rows, Y, rng, plan.x_scale)
         if plan.settle == "joint":

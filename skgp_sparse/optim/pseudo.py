@@ -50,7 +50,7 @@ ROUND_MAX_ITER = 4
 #: optimum is corrected by the next round). Measured with rounds of 4 iterations over the
 #: seven sets: 4 steps after each round against 10 searched for 23.8 s against 29.0 s,
 #: as accurate to a test row or two either way. Once each round's q started at the
-#: pseudo-model's optimum where the round's search ended (:func:`land_on_pseudo_optimum`)
+#: pseudo-model's optimum where the round's search ended (``land_on_pseudo_optimum``)
 #: rather than at the q of the round's start, 2 steps after it searched the seven sets'
 #: 21 splits for 44.5 s against 53.4 s with 4 steps from the old q (fits 119.8 s against
 #: 127.7 s), 2 more test rows right in all, the summed log-loss 0.002 lower; 3 steps saved
@@ -144,16 +144,6 @@ def optimise_pseudo(model, X, Y, n_restarts, rng, scales=None, verbose=0, max_it
     return SearchResult(elbo, n_iter, converged, evaluations, [run[0] for run in runs], message)
 
 
-def land_on_pseudo_optimum(model, X, pseudo):
-    """q to the optimum of the Gaussian pseudo-model ``pseudo`` at the model's
-    hyperparameters (:meth:`~skgp_sparse.elbo.VariationalModel.land_on_pseudo_optimum`);
-    q as it was where that step cannot be factorised (the damped steps then start from it)."""
-    try:
-        model.land_on_pseudo_optimum(X, *pseudo[:2])
-    except CholeskyError:
-        pass
-
-
 def _rounds(model, X, Y, bound, scales, verbose, max_iter, trust_region, tol):
     """One search from the model's parameters and q (q at its optimum there, where the
     true bound is ``bound``): ``(bound, n_iter, converged, message, n_evaluations)``."""
@@ -172,8 +162,12 @@ def _rounds(model, X, Y, bound, scales, verbose, max_iter, trust_region, tol):
         evaluations += objective.n_evaluations
         objective.move(x)
         # q from where the round's search left it: the pseudo-model's optimum there, whose
-        # bound the search raised (q as it was is far below it after a long move).
-        land_on_pseudo_optimum(model, X, pseudo)
+        # bound the search raised (q as it was is far below it after a long move); q as it
+        # was where that step cannot be factorised (the damped steps start from it).
+        try:
+            model.land_on_pseudo_optimum(X, *pseudo[:2])
+        except CholeskyError:
+            pass
         after = optimal_q(model, X, Y, exact=False, max_steps=ROUND_Q_STEPS, rtol=INEXACT_Q_RTOL)
         if not after >= bound:
             # The pseudo-observations did not describe the likelihood where the round
