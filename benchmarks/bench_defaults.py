@@ -521,7 +521,9 @@ def kernel_family(kernel):
     """The GPyTorch peer's kernel for a fitted sklearn kernel: ``"rbf"`` or ``"matern52"``.
 
     Our default kernel is an amplitude times one stationary ARD kernel; the peer mirrors it
-    with ``ScaleKernel(RBFKernel)`` or ``ScaleKernel(MaternKernel(nu=2.5))``. Returns None
+    with ``ScaleKernel(RBFKernel)`` or ``ScaleKernel(MaternKernel(nu=2.5))``. The constant
+    that the binary classifier's default adds has no counterpart there (the peer's mean
+    stays zero, as in ``bench_binary_classification.py``). Returns None
     for anything the peer has no match for (another Matern, two stationary parts).
     """
     from sklearn.gaussian_process.kernels import RBF, Exponentiation, KernelOperator, Matern

@@ -403,3 +403,28 @@ def test_both_sets_of_a_two_set_basis_hold_every_class():
     clf = small(basis="orth_decoupled", n_inducing=15, n_orthogonal=15, learn_inducing=False, max_iter=1).fit(X, y)
     assert points_per_class_region(clf.inducing_points_, 3) == [5, 5]
     assert points_per_class_region(clf.orthogonal_points_, 3) == [5, 5]
+
+
+# --- the default kernel -----------------------------------------------------------
+def two_spreads(n=1200, d=4, seed=0):
+    """Class 1 from N(0, I), class 0 from N(0, 4 I): log-odds d log 2 - 3/8 |x|^2, a
+    quadratic whose constant part is far from zero (KEEL ring's form)."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    X = rng.standard_normal((n, d)) * np.where(y == 1, 1.0, 2.0)[:, None]
+    return X, y
+
+
+def test_default_kernel_learns_an_offset_for_two_classes_only():
+    X, y = two_spreads()
+    clf = small(n_inducing=40, batch_size=256).fit(X, y)
+    # The default is the amplitude times an RBF, plus a constant: the prior variance of
+    # the latent function's offset, here learned well above its start of 1.
+    assert isinstance(clf.kernel_.k2, ConstantKernel) and isinstance(clf.kernel_.k1.k2, RBF)
+    assert clf.kernel_.k2.constant_value > 1.0
+    # It nests the kernel without it (the constant at zero), and its bound is higher.
+    no_offset = small(n_inducing=40, batch_size=256, kernel=ConstantKernel(1.0) * RBF(np.ones(4))).fit(X, y)
+    assert clf.log_marginal_likelihood_value_ > no_offset.log_marginal_likelihood_value_ + 1.0
+    # K latents keep the amplitude times the RBF alone.
+    Xb, yb = blobs()
+    assert isinstance(small().fit(Xb, yb).kernel_.k2, RBF)

@@ -186,7 +186,9 @@ def test_feature_scale_does_not_matter(kind, scale):
     assert unit > 0.9 and scaled == pytest.approx(unit, abs=0.01)
     # y depends on the first feature alone: its length scale follows the features' unit
     # (the second one's may run to its upper bound, as in GaussianProcessRegressor).
-    length = est.kernel_.k2.length_scale
+    # The default kernel: amplitude * RBF, plus a constant for the binary classifier.
+    rbf = est.kernel_.k1.k2 if kind == "classifier" else est.kernel_.k2
+    length = rbf.length_scale
     assert 1e-2 * scale < length[0] < 1e2 * scale
 
 

@@ -88,7 +88,11 @@ def test_zero_weight_is_the_model_without_the_row(data):
 def test_classifier_weights_equal_repeated_rows(data):
     X, y, w = data
     labels = (y > 0).astype(int)
-    settings = dict(n_inducing=10, inducing_init=X[w > 0][:10], batch_size=None, max_iter=60, random_state=0)
+    # Both fits run to a tight tol: the bound is the same function both ways, but where it
+    # is flat (this amplitude and the default kernel's constant trade against each other)
+    # fits stopped at the default tol end apart by the rounding of their sums.
+    settings = dict(n_inducing=10, inducing_init=X[w > 0][:10], batch_size=None, max_iter=60, random_state=0,
+                    tol=1e-5)
     weighted = SparseGPClassifier(**settings).fit(X, labels, sample_weight=w)
     repeated = SparseGPClassifier(**settings).fit(np.repeat(X, w, axis=0), np.repeat(labels, w))
     np.testing.assert_allclose(weighted.predict_proba(X), repeated.predict_proba(X), atol=2e-3)

@@ -71,6 +71,11 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         estimator whose outputs scale its latents fixes it."""
         return True
 
+    def _default_kernel_has_bias(self):
+        """Whether the default kernel adds a learned constant (see
+        ``_common.default_kernel``); none by default."""
+        return False
+
     def _default_length_scale_widening(self, n_features):
         """The default kernel's length scales start at this multiple of each feature's
         spread (1 by default)."""
@@ -126,7 +131,8 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         kernel = resolve_kernel(self.kernel, sample.shape[1], feature_scale(sample, sample_weight),
                                 matern_nu=self._DEFAULT_MATERN_NU,
                                 learn_amplitude=self._default_kernel_learns_amplitude(),
-                                widen=self._default_length_scale_widening(sample.shape[1]))
+                                widen=self._default_length_scale_widening(sample.shape[1]),
+                                bias=self._default_kernel_has_bias())
         if self.learn_inducing and not kernel.has_input_gradient:
             warn(
                 f"{type(self).__name__}: the kernel {kernel.to_sklearn()!r} has parts without an input "

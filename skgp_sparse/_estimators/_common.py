@@ -62,29 +62,39 @@ def check_basis_options(basis, n_orthogonal):
         )
 
 
-def default_kernel(n_features, x_scale=None, matern_nu=None, learn_amplitude=True, widen=1.0):
+def default_kernel(n_features, x_scale=None, matern_nu=None, learn_amplitude=True, widen=1.0, bias=False):
     """An amplitude times a stationary kernel with one length scale per feature: an RBF,
-    or a Matern of smoothness ``matern_nu`` when it is given.
+    or a Matern of smoothness ``matern_nu`` when it is given; plus, with ``bias``, a
+    learned constant (``ConstantKernel(1.0)``).
 
     The length scales start at ``widen`` times each feature's spread (``x_scale``; 1 when
     None) and may move over ten decades either side of the spread. The amplitude starts
     at 1 and is learned, unless ``learn_amplitude`` is False (it then stays at 1: under a
     learned mixing W, a latent's amplitude and its column of W scale the same output
     variance, and the search's quasi-Newton steps stall along that flat direction).
+
+    The constant is the prior variance of an offset shared by the whole latent function.
+    Without it a stationary kernel's prior pulls the function to zero beyond its length
+    scales, and a latent function that sits far from zero everywhere (a classifier's
+    decision function on KEEL ring: the log-odds of two Gaussians of different spreads, a
+    quadratic with a large constant) is carried by a huge amplitude and long length
+    scales, a ridge that the fit climbs slowly.
     """
     scale = np.ones(n_features) if x_scale is None else np.asarray(x_scale, dtype=np.float64)
     bounds = np.column_stack([1e-5 * scale, 1e5 * scale])
     amplitude = ConstantKernel(1.0) if learn_amplitude else ConstantKernel(1.0, constant_value_bounds="fixed")
     if matern_nu is None:
-        return amplitude * RBF(length_scale=widen * scale, length_scale_bounds=bounds)
-    return amplitude * Matern(length_scale=widen * scale, length_scale_bounds=bounds, nu=matern_nu)
+        kernel = amplitude * RBF(length_scale=widen * scale, length_scale_bounds=bounds)
+    else:
+        kernel = amplitude * Matern(length_scale=widen * scale, length_scale_bounds=bounds, nu=matern_nu)
+    return kernel + ConstantKernel(1.0) if bias else kernel
 
 
-def resolve_kernel(kernel, n_features, x_scale=None, matern_nu=None, learn_amplitude=True, widen=1.0):
+def resolve_kernel(kernel, n_features, x_scale=None, matern_nu=None, learn_amplitude=True, widen=1.0, bias=False):
     """Compile the user's kernel (or the default, of :func:`default_kernel`, its length
-    scales started at ``widen`` times the features' spread) with WhiteKernel terms as
-    noise."""
-    sk_kernel = default_kernel(n_features, x_scale, matern_nu, learn_amplitude, widen) if kernel is None else kernel
+    scales started at ``widen`` times the features' spread, with a constant where
+    ``bias``) with WhiteKernel terms as noise."""
+    sk_kernel = default_kernel(n_features, x_scale, matern_nu, learn_amplitude, widen, bias) if kernel is None else kernel
     compiled = compile_kernel(sk_kernel, white_as_noise=True)
     # Evaluate once on a dummy row so that a wrong-length length scale fails here, with
     # the kernel's own message, rather than deep inside the first step.

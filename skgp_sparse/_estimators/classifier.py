@@ -62,7 +62,8 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
         Prior covariance of the latent functions. None means ``ConstantKernel(1.0) *
         RBF(length_scale=s)`` with learnable amplitude and one length scale per feature,
         starting at each feature's standard deviation ``s`` (1 for a constant feature)
-        and bounded to ``[1e-5 s, 1e5 s]``. Hyperparameters with ``"fixed"`` bounds stay fixed
+        and bounded to ``[1e-5 s, 1e5 s]``; for two classes plus a learned constant,
+        ``+ ConstantKernel(1.0)``, the prior variance of the latent function's offset. Hyperparameters with ``"fixed"`` bounds stay fixed
         and the others stay within their bounds. A ``WhiteKernel`` added at the top level
         is white noise of the latent functions (as in GaussianProcessClassifier): its level
         adds to their variance in training and prediction.
@@ -236,6 +237,15 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
         # with one covariance".
         n_latents = self._n_latents()
         return n_latents, (1 if self.class_covariance == "shared" else n_latents)
+
+    def _default_kernel_has_bias(self):
+        # One latent function's offset is the log-odds away from the data's length scales.
+        # Measured on 19 binary sets, five splits each (docs/benchmarks.md, "A learned
+        # constant in the binary classifier's default kernel"): KEEL ring 20 test rows more
+        # and its log-loss 0.012 lower, spambase 8 rows fewer; the log-loss summed over
+        # all 95 fits 0.57 lower. K latents of a robust-max likelihood lost 4 points on
+        # satimage and 14 on letter with it.
+        return self._n_latents() == 1
 
     def _make_likelihood(self, kernel):
         return make_likelihood(self.likelihood_, len(self.classes_)), None
