@@ -63,10 +63,11 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
         RBF(length_scale=s)`` with learnable amplitude and one length scale per feature,
         starting at each feature's standard deviation ``s`` (1 for a constant feature)
         and bounded to ``[1e-5 s, 1e5 s]``; for two classes plus a learned constant,
-        ``+ ConstantKernel(1.0)``, the prior variance of the latent function's offset. Hyperparameters with ``"fixed"`` bounds stay fixed
-        and the others stay within their bounds. A ``WhiteKernel`` added at the top level
-        is white noise of the latent functions (as in GaussianProcessClassifier): its level
-        adds to their variance in training and prediction.
+        ``+ ConstantKernel(1.0)``, the prior variance of the latent function's offset.
+        Hyperparameters with ``"fixed"`` bounds stay fixed and the others stay within
+        their bounds. A ``WhiteKernel`` added at the top level is white noise of the
+        latent functions (as in GaussianProcessClassifier): its level adds to their
+        variance in training and prediction.
     likelihood : {"auto", "probit", "logit", "robustmax", "softmax"}, default="auto"
         Observation model. ``"probit"`` and ``"logit"``: Bernoulli with that link, two
         classes only, expectations by Gauss-Hermite quadrature. ``"robustmax"``: the
