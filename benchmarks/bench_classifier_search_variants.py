@@ -65,6 +65,19 @@ KERNEL_STARTS = {"ls_sqrt_d": lambda d: d ** 0.5, "ls_sqrt_half_d": lambda d: (d
 SETS = ["ring", "twonorm", "spambase", "magic", "banana", "phoneme", "nasscds"]
 
 
+def variant_kernel(variant, d):
+    """The kernel a kernel variant sets on d standardised features: the amplitude times an
+    RBF whose length scales start at ``KERNEL_STARTS``' multiple of the spread (1 by
+    default), bounded to ten decades either side of it, plus the constant where
+    ``KERNEL_FORMS`` says so."""
+    import numpy as np
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+    start = KERNEL_STARTS[variant](d) if variant in KERNEL_STARTS else 1.0
+    kernel = ConstantKernel(1.0) * RBF(np.full(d, start), (1e-5 * start, 1e5 * start))
+    return kernel + ConstantKernel(1.0) if KERNEL_FORMS.get(variant, False) else kernel
+
+
 def fit_one(name, variant, split_seed):
     """One fit of the variant on a set, in this process."""
     import importlib
@@ -81,16 +94,8 @@ def fit_one(name, variant, split_seed):
     load = load_nasscds if name == "nasscds" else lambda random_state: load_keel(name, random_state=random_state)
     X, Xt, y, yt = load(random_state=split_seed)
     clf = SparseGPClassifier(n_inducing=256, batch_size=1024, random_state=0, **ESTIMATOR_PARAMS.get(variant, {}))
-    if variant in KERNEL_FORMS:
-        from sklearn.gaussian_process.kernels import RBF, ConstantKernel
-
-        kernel = ConstantKernel(1.0) * RBF(np.ones(X.shape[1]))
-        clf.set_params(kernel=kernel + ConstantKernel(1.0) if KERNEL_FORMS[variant] else kernel)
-    if variant in KERNEL_STARTS:
-        from sklearn.gaussian_process.kernels import RBF, ConstantKernel
-
-        start = KERNEL_STARTS[variant](X.shape[1])
-        clf.set_params(kernel=ConstantKernel(1.0) * RBF(np.full(X.shape[1], start), (1e-5 * start, 1e5 * start)))
+    if variant in KERNEL_FORMS or variant in KERNEL_STARTS:
+        clf.set_params(kernel=variant_kernel(variant, X.shape[1]))
     proba, fit_s, search_s, stream_s = fit_by_phase(clf, X, y, Xt)
     return dict(set=name, split=split_seed, variant=variant,
                 acc=float(np.mean(clf.classes_[proba.argmax(axis=1)] == yt)),

@@ -500,8 +500,9 @@ class VariationalModel:
         xp = backend.namespace(X)
         mean, _, tape = self._marginals(X, need_grad="natural")
         beta = xp.reshape(beta, (-1, 1))
+        # One latent function: beta, targets and mean are all (n, 1).
         d_mean = beta * (targets - mean)
-        d_var = -0.5 * beta * xp.ones_like(mean)
+        d_var = -0.5 * beta
         self.state = self.natural_step(BatchResult(None, {}, tape, d_mean, d_var), 1.0)
 
     def pseudo_collapsed_evaluate(self, X, targets, beta, constant):
