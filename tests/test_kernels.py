@@ -14,7 +14,7 @@ from sklearn.gaussian_process.kernels import (
     WhiteKernel,
 )
 
-from skgp_sparse.kernels import compile_kernel
+from skgp_sparse.kernels import FeatureScaledRBF, compile_kernel
 
 # --------------------------------------------------------------------------------------
 # kernels under test (factories: every test gets fresh objects)
@@ -22,6 +22,8 @@ from skgp_sparse.kernels import compile_kernel
 KERNELS = {
     "rbf": lambda: RBF(1.3),
     "rbf_ard": lambda: RBF([0.7, 1.9, 1.2]),
+    "feature_scaled_rbf": lambda: FeatureScaledRBF(1.3, feature_scale=[0.7, 1.9, 1.2]),
+    "c_feature_scaled_rbf_plus_c": lambda: C(1.4) * FeatureScaledRBF(0.8, feature_scale=[2.0, 0.5, 1.0]) + C(0.6),
     "matern05": lambda: Matern(1.1, nu=0.5),
     "matern05_ard": lambda: Matern([0.8, 1.5, 2.0], nu=0.5),
     "matern15": lambda: Matern(0.9, nu=1.5),
@@ -453,3 +455,36 @@ def test_pickle_roundtrip():
     np.testing.assert_array_equal(ev2.theta, ev.theta)
     np.testing.assert_array_equal(ev2(A, B), ev(A, B))
     assert ev2.white_noise_level == ev.white_noise_level
+
+
+# --------------------------------------------------------------------------------------
+# FeatureScaledRBF: an RBF with length scales length_scale * feature_scale
+# --------------------------------------------------------------------------------------
+def test_feature_scaled_rbf_is_the_rbf_of_the_scaled_length_scales():
+    A, B, rng = _data(seed=3)
+    scale = np.array([0.5, 2.0, 7.0])
+    shared = compile_kernel(C(1.3) * FeatureScaledRBF(0.8, feature_scale=scale))
+    per_feature = compile_kernel(C(1.3) * RBF(0.8 * scale))
+    assert_close(shared(A, B), per_feature(A, B))
+    assert_close(shared(A), per_feature(A))
+    K_bar = rng.normal(size=(A.shape[0], B.shape[0]))
+    _, back = shared.vjp(A, B)
+    theta_bar, A_bar = back(K_bar)
+    _, back_ref = per_feature.vjp(A, B)
+    theta_ref, A_ref = back_ref(K_bar)
+    assert_close(A_bar, A_ref)
+    # One length scale moves all three of the RBF's together: its derivative is their sum.
+    assert theta_bar.shape == (2,)
+    assert_close(theta_bar, [theta_ref[0], theta_ref[1:].sum()])
+
+
+def test_feature_scaled_rbf_refuses_what_it_cannot_mean():
+    X = np.zeros((2, 3))
+    with pytest.raises(ValueError, match="feature_scale has 2 entries but X has 3"):
+        FeatureScaledRBF(1.0, feature_scale=[1.0, 2.0])(X)
+    with pytest.raises(ValueError, match="feature_scale has 2 entries but X has 3"):
+        compile_kernel(FeatureScaledRBF(1.0, feature_scale=[1.0, 2.0]))(X)
+    with pytest.raises(ValueError, match="positive and finite"):
+        compile_kernel(FeatureScaledRBF(1.0, feature_scale=[1.0, 0.0, 2.0]))
+    with pytest.raises(ValueError, match="length_scale must be one number"):
+        FeatureScaledRBF([1.0, 2.0, 3.0])(X)

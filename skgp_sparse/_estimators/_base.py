@@ -37,6 +37,7 @@ from ._common import (
     device_rows_for_prediction,
     generator_from,
     initial_inducing_points,
+    KernelForm,
     latent_in_chunks,
     latent_on_device,
     latent_white_noise,
@@ -62,24 +63,13 @@ class SparseGPBase(BoundMethods, BaseEstimator):
 
     #: Keyword arguments of ``validate_data`` for the targets.
     _data_checks = {}
-    #: The default kernel's smoothness (see ``_common.default_kernel``): None for an RBF.
-    _DEFAULT_MATERN_NU = None
 
     # --- the model ------------------------------------------------------------------
-    def _default_kernel_learns_amplitude(self):
-        """Whether the default kernel (``kernel=None``) learns its amplitude; an
-        estimator whose outputs scale its latents fixes it."""
-        return True
-
-    def _default_kernel_has_bias(self):
-        """Whether the default kernel adds a learned constant (see
-        ``_common.default_kernel``); none by default."""
-        return False
-
-    def _default_length_scale_widening(self, n_features):
-        """The default kernel's length scales start at this multiple of each feature's
-        spread (1 by default)."""
-        return 1.0
+    def _default_kernel_form(self, n_features):
+        """What the default kernel (``kernel=None``) on ``n_features`` features is made
+        of (a ``_common.KernelForm``): by default an amplitude times an RBF with one
+        length scale per feature, each started at its feature's spread."""
+        return KernelForm()
 
     def _latent_noise_from_white(self):
         """Whether top-level WhiteKernel terms are white noise of the latent function
@@ -129,10 +119,7 @@ class SparseGPBase(BoundMethods, BaseEstimator):
             sample, sample_weight = sample[present], sample_weight[present]
             strata = None if strata is None else strata[present]
         kernel = resolve_kernel(self.kernel, sample.shape[1], feature_scale(sample, sample_weight),
-                                matern_nu=self._DEFAULT_MATERN_NU,
-                                learn_amplitude=self._default_kernel_learns_amplitude(),
-                                widen=self._default_length_scale_widening(sample.shape[1]),
-                                bias=self._default_kernel_has_bias())
+                                self._default_kernel_form(sample.shape[1]))
         if self.learn_inducing and not kernel.has_input_gradient:
             warn(
                 f"{type(self).__name__}: the kernel {kernel.to_sklearn()!r} has parts without an input "

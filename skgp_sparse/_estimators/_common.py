@@ -6,6 +6,7 @@ serves predictions in chunks and on devices; the fit itself is :mod:`skgp_sparse
 """
 
 import functools
+from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
@@ -16,7 +17,7 @@ from .. import backend
 from ..bases import BASES
 from ..inducing import METHODS as INDUCING_METHODS
 from ..inducing import initial_inducing
-from ..kernels import compile_kernel
+from ..kernels import FeatureScaledRBF, compile_kernel
 from ..likelihoods import NoiseParameter
 from .._warnings import warn
 from ..fit.placement import dispatch_namespace, is_dask_collection, state_to
@@ -62,16 +63,46 @@ def check_basis_options(basis, n_orthogonal):
         )
 
 
-def default_kernel(n_features, x_scale=None, matern_nu=None, learn_amplitude=True, widen=1.0, bias=False):
-    """An amplitude times a stationary kernel with one length scale per feature: an RBF,
-    or a Matern of smoothness ``matern_nu`` when it is given; plus, with ``bias``, a
-    learned constant (``ConstantKernel(1.0)``).
+@dataclass(frozen=True)
+class KernelForm:
+    """What an estimator's default kernel (``kernel=None``) is made of; see
+    :func:`default_kernel`.
 
-    The length scales start at ``widen`` times each feature's spread (``x_scale``; 1 when
-    None) and may move over ten decades either side of the spread. The amplitude starts
-    at 1 and is learned, unless ``learn_amplitude`` is False (it then stays at 1: under a
-    learned mixing W, a latent's amplitude and its column of W scale the same output
-    variance, and the search's quasi-Newton steps stall along that flat direction).
+    Attributes
+    ----------
+    matern_nu : float or None
+        The Matern smoothness of the stationary part, or None for an RBF.
+    learn_amplitude : bool
+        Whether the amplitude is learned (else fixed at 1).
+    widen : float
+        The length scales start at this multiple of each feature's spread.
+    bias : bool
+        Whether a learned constant is added.
+    shared_length_scale : bool
+        One learned length scale times each feature's spread
+        (:class:`~skgp_sparse.kernels.FeatureScaledRBF`) instead of one per feature (an
+        RBF only).
+    """
+
+    matern_nu: float | None = None
+    learn_amplitude: bool = True
+    widen: float = 1.0
+    bias: bool = False
+    shared_length_scale: bool = False
+
+
+def default_kernel(n_features, x_scale=None, form=KernelForm()):
+    """An amplitude times a stationary kernel of the features' spreads, as ``form`` (a
+    :class:`KernelForm`) says: an RBF, or a Matern of smoothness ``form.matern_nu``; with
+    ``form.bias``, plus a learned constant (``ConstantKernel(1.0)``).
+
+    The length scales start at ``form.widen`` times each feature's spread (``x_scale``; 1
+    when None) and may move over ten decades either side of it: one per feature, or,
+    with ``form.shared_length_scale``, one factor shared by every feature's spread. The
+    amplitude starts at 1 and is learned, unless ``form.learn_amplitude`` is False (it
+    then stays at 1: under a learned mixing W, a latent's amplitude and its column of W
+    scale the same output variance, and the search's quasi-Newton steps stall along that
+    flat direction).
 
     The constant is the prior variance of an offset shared by the whole latent function.
     Without it a stationary kernel's prior pulls the function to zero beyond its length
@@ -81,20 +112,29 @@ def default_kernel(n_features, x_scale=None, matern_nu=None, learn_amplitude=Tru
     scales, a ridge that the fit climbs slowly.
     """
     scale = np.ones(n_features) if x_scale is None else np.asarray(x_scale, dtype=np.float64)
-    bounds = np.column_stack([1e-5 * scale, 1e5 * scale])
-    amplitude = ConstantKernel(1.0) if learn_amplitude else ConstantKernel(1.0, constant_value_bounds="fixed")
-    if matern_nu is None:
-        kernel = amplitude * RBF(length_scale=widen * scale, length_scale_bounds=bounds)
+    amplitude = ConstantKernel(1.0) if form.learn_amplitude else ConstantKernel(1.0, constant_value_bounds="fixed")
+    if form.shared_length_scale:
+        if form.matern_nu is not None:
+            raise ValueError("a shared length scale is only built for the RBF (matern_nu=None)")
+        stationary = FeatureScaledRBF(form.widen, (1e-5, 1e5), feature_scale=scale)
+    elif form.matern_nu is None:
+        stationary = RBF(length_scale=form.widen * scale, length_scale_bounds=_decades_around(scale))
     else:
-        kernel = amplitude * Matern(length_scale=widen * scale, length_scale_bounds=bounds, nu=matern_nu)
-    return kernel + ConstantKernel(1.0) if bias else kernel
+        stationary = Matern(length_scale=form.widen * scale, length_scale_bounds=_decades_around(scale),
+                            nu=form.matern_nu)
+    kernel = amplitude * stationary
+    return kernel + ConstantKernel(1.0) if form.bias else kernel
 
 
-def resolve_kernel(kernel, n_features, x_scale=None, matern_nu=None, learn_amplitude=True, widen=1.0, bias=False):
-    """Compile the user's kernel (or the default, of :func:`default_kernel`, its length
-    scales started at ``widen`` times the features' spread, with a constant where
-    ``bias``) with WhiteKernel terms as noise."""
-    sk_kernel = default_kernel(n_features, x_scale, matern_nu, learn_amplitude, widen, bias) if kernel is None else kernel
+def _decades_around(scale):
+    """Bounds of per-feature length scales: ten decades either side of each spread."""
+    return np.column_stack([1e-5 * scale, 1e5 * scale])
+
+
+def resolve_kernel(kernel, n_features, x_scale=None, form=KernelForm()):
+    """Compile the user's kernel, or the default of :func:`default_kernel` in ``form``
+    on features of spread ``x_scale``, with WhiteKernel terms as noise."""
+    sk_kernel = default_kernel(n_features, x_scale, form) if kernel is None else kernel
     compiled = compile_kernel(sk_kernel, white_as_noise=True)
     # Evaluate once on a dummy row so that a wrong-length length scale fails here, with
     # the kernel's own message, rather than deep inside the first step.

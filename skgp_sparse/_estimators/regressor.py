@@ -25,7 +25,7 @@ from ._multioutput import check_observed_columns, latent_kernels, observed_momen
 from ._docs import fill_docstring
 from ..fit.placement import is_dask_collection
 from ..fit.plan import SEARCH_BASIS
-from ._common import COMMON_CONSTRAINTS, default_kernel, outputs_follow_input
+from ._common import COMMON_CONSTRAINTS, KernelForm, default_kernel, outputs_follow_input
 from .._warnings import warn
 
 #: The bounds of the noise variance that ``noise_variance_bounds="auto"`` stands for (on
@@ -43,6 +43,9 @@ NOISE_FLOOR, NOISE_CEILING = 1e-6, 1e3
 #: LMC 0.415 / 0.415), weather 0.748 / 1.226 against 0.760 / 1.249 (three states; better at
 #: two, worse at one), airquality and txhousing unchanged.
 LMC_NOISE_FLOOR = 1e-3
+
+#: The default kernel's Matern smoothness (see ``_default_kernel_form``).
+DEFAULT_MATERN_NU = 2.5
 
 
 @dataclass(frozen=True)
@@ -327,10 +330,6 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
 
     # --- what the shared core asks of the regressor ----------------------------------
     _data_checks = {"multi_output": True, "y_numeric": True}
-    # Measured on nine regression sets (docs/benchmarks.md, "The default kernel"): against
-    # the RBF, the Matern 5/2 lowered the test RMSE on six of the seven real ones.
-    _DEFAULT_MATERN_NU = 2.5
-
     def _latent_noise_from_white(self):
         # A WhiteKernel is the observation noise of the Gaussian likelihood (as in GPR);
         # under the other likelihoods it is white noise of the latent function.
@@ -382,24 +381,27 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         or independent outputs with their own noise and missing entries."""
         return self.n_latent is not None or self.missing_targets == "mask"
 
-    def _default_kernel_learns_amplitude(self):
-        # Under n_latent each column of the mixing matrix carries its latent's scale (W
-        # starts on the targets' spread for latents of unit variance); a learned amplitude
-        # would scale the same variance and leave the search a flat direction (measured:
-        # ggplot2 economics, three random states, hidden-entry RMSE / NLPD 0.467 / 0.618
-        # with it, 0.403 / 0.329 without; docs/benchmarks.md, "Several outputs").
-        return self.n_latent is None
-
-    def _default_length_scale_widening(self, n_features):
-        # At length scales of one spread, rows a typical distance apart (about sqrt(2 d)
-        # spreads) are all but uncorrelated under the kernel once d reaches ten or so: the
-        # latents explain nothing at the start, and under a learned W the search falls to
-        # W = 0, all noise, a stationary point it does not leave (the bound is even in W
-        # and flat in the kernels there). scikit-learn's check_regressors_train set (200
-        # rows, 10 features, one output, n_latent=1) ended there at R^2 = 0 with starts of
-        # 1 spread, at 0.80 (as without n_latent) from 2 spreads up. sqrt(d) spreads put
-        # that typical distance at a kernel value of about exp(-1) (an RBF).
-        return float(np.sqrt(n_features)) if self.n_latent is not None else 1.0
+    def _default_kernel_form(self, n_features):
+        # The smoothness: measured on nine regression sets (docs/benchmarks.md, "The
+        # default kernel"), against the RBF the Matern 5/2 lowered the test RMSE on six of
+        # the seven real ones.
+        # The amplitude: under n_latent each column of the mixing matrix carries its
+        # latent's scale (W starts on the targets' spread for latents of unit variance); a
+        # learned amplitude would scale the same variance and leave the search a flat
+        # direction (measured: ggplot2 economics, three random states, hidden-entry RMSE /
+        # NLPD 0.467 / 0.618 with it, 0.403 / 0.329 without; docs/benchmarks.md, "Several
+        # outputs").
+        # The start: at length scales of one spread, rows a typical distance apart (about
+        # sqrt(2 d) spreads) are all but uncorrelated under the kernel once d reaches ten
+        # or so: the latents explain nothing at the start, and under a learned W the search
+        # falls to W = 0, all noise, a stationary point it does not leave (the bound is
+        # even in W and flat in the kernels there). scikit-learn's check_regressors_train
+        # set (200 rows, 10 features, one output, n_latent=1) ended there at R^2 = 0 with
+        # starts of 1 spread, at 0.80 (as without n_latent) from 2 spreads up. sqrt(d)
+        # spreads put that typical distance at a kernel value of about exp(-1) (an RBF).
+        mixed = self.n_latent is not None
+        return KernelForm(matern_nu=DEFAULT_MATERN_NU, learn_amplitude=not mixed,
+                          widen=float(np.sqrt(n_features)) if mixed else 1.0)
 
     def _missing_entries(self, y):
         return split_missing(y, self.missing_targets)
@@ -753,7 +755,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
                 f"This {type(self).__name__} instance is not fitted yet; its prior predictions "
                 f"exist for likelihood='gaussian' only (not {self.likelihood!r}). Call 'fit' first.")
         X = check_array(X, dtype=np.float64)
-        kernel = default_kernel(X.shape[1], matern_nu=self._DEFAULT_MATERN_NU) if self.kernel is None else self.kernel
+        kernel = default_kernel(X.shape[1], form=KernelForm(matern_nu=DEFAULT_MATERN_NU)) if self.kernel is None else self.kernel
         # sklearn kernels put a WhiteKernel's level on the diagonal of kernel(X); any
         # other kernel leaves the noise to noise_variance.
         carried = NoiseParameter(compile_kernel(kernel, white_as_noise=True), self.noise_variance, None).from_kernel

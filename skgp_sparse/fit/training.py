@@ -153,12 +153,17 @@ def inducing_step_scale(kernel, x_scale):
     throw the inducing inputs off the rows they sit on (measured: 6 distinct rows repeated
     50 times, length scales 0.005 spreads; the first epochs moved the inducing inputs by
     0.03 spreads and the classifier fell to chance). Kernels without a ``length_scale``
-    (scikit-learn's name) keep the spread.
+    (scikit-learn's name) keep the spread; a ``FeatureScaledRBF``'s length scales are its
+    ``length_scale`` times its ``feature_scale``.
     """
     step = np.array(x_scale, dtype=np.float64, copy=True)
-    for name, value in kernel.to_sklearn().get_params().items():
+    params = kernel.to_sklearn().get_params()
+    for name, value in params.items():
         if name.endswith("length_scale") and not name.endswith("bounds"):
             scale = np.asarray(value, dtype=np.float64)
+            factors = params.get(name[: -len("length_scale")] + "feature_scale")
+            if factors is not None:
+                scale = scale * np.asarray(factors, dtype=np.float64)
             if scale.ndim == 0 or scale.shape == step.shape:
                 step = np.minimum(step, scale)
     return step

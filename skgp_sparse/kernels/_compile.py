@@ -16,12 +16,14 @@ from ._base import DENSE, densify, kind_of, reduce_bar
 from ._combinators import ExponentiationNode, ProductNode, SumNode
 from ._generic import GenericNode
 from ._other import ConstantNode, DotProductNode, WhiteNode
-from ._stationary import make_expsine, make_matern, make_rbf, make_rq
+from ._scaled_rbf import FeatureScaledRBF
+from ._stationary import make_expsine, make_feature_scaled_rbf, make_matern, make_rbf, make_rq
 
 __all__ = ["compile_kernel", "CompiledKernel", "COMPILED_KERNELS"]
 
 _LEAF_FACTORIES = {
     skk.RBF: make_rbf,
+    FeatureScaledRBF: make_feature_scaled_rbf,
     skk.Matern: make_matern,
     skk.RationalQuadratic: make_rq,
     skk.ExpSineSquared: make_expsine,

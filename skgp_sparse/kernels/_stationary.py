@@ -32,7 +32,7 @@ from . import _array_api as X
 from . import _profiles as P
 from ._base import Leaf, value_for
 
-__all__ = ["Stationary", "GenericMatern", "make_rbf", "make_matern", "make_rq", "make_expsine"]
+__all__ = ["Stationary", "GenericMatern", "make_rbf", "make_feature_scaled_rbf", "make_matern", "make_rq", "make_expsine"]
 
 
 def _row_sq(x):
@@ -66,12 +66,18 @@ class Stationary(Leaf):
         inputs are used as they are (ExpSineSquared).
     profile_names : tuple of str
         Hyperparameters passed to the profile as ``p0, p1``, in that order.
+    feature_scale : ndarray of shape (n_features,) or None
+        Fixed factors of the per-feature length scales, which are then
+        ``length_scale * feature_scale`` for one learned ``length_scale``
+        (:class:`~._scaled_rbf.FeatureScaledRBF`); None: the length scales as they are.
     """
 
-    def __init__(self, sk_kernel, offset, kind, scale_name="length_scale", profile_names=()):
+    def __init__(self, sk_kernel, offset, kind, scale_name="length_scale", profile_names=(), feature_scale=None):
         self.kind = kind
         self.scale_name = scale_name
         self.profile_names = tuple(profile_names)
+        self.inv_feature_scale = None if feature_scale is None else 1.0 / np.asarray(feature_scale, dtype=np.float64)
+        self._device_inv_feature_scale = None
         super().__init__(sk_kernel, offset)
 
     # -- hyperparameters ---------------------------------------------------------------
@@ -79,28 +85,53 @@ class Stationary(Leaf):
         self._device_inv_l = None
         if self.scale_name is None:
             self.inv_l = np.ones(1)
-            self.ard = False
-        else:
-            ls = self.values[self.scale_name]
-            self.ard = np.ndim(ls) == 1
-            # Device values (a training loop on a device's arrays) stay there: 0-d or 1-d.
-            self.inv_l = 1.0 / ls if backend.on_device(ls) else 1.0 / np.atleast_1d(np.asarray(ls, dtype=np.float64))
+            self.ard = self.learns_per_feature = False
+            return self._refresh_profile()
+        ls = self.values[self.scale_name]
+        # ``learns_per_feature``: a length scale per feature in theta; ``ard``: one per
+        # feature in the evaluation (the same, or one shared factor times fixed scales).
+        self.learns_per_feature = np.ndim(ls) == 1
+        self.ard = self.learns_per_feature or self.inv_feature_scale is not None
+        # Device values (a training loop on a device's arrays) stay there: 0-d or 1-d.
+        on_device = backend.on_device(ls)
+        inv_l = 1.0 / ls if on_device else 1.0 / np.atleast_1d(np.asarray(ls, dtype=np.float64))
+        if self.inv_feature_scale is not None:
+            inv_l = inv_l * (self._inv_feature_scale_like(inv_l) if on_device else self.inv_feature_scale)
+        self.inv_l = inv_l
+        self._refresh_profile()
+
+    def _refresh_profile(self):
         p = [v if backend.on_device(v) else float(v) for v in (self.values[name] for name in self.profile_names)]
         self.p0, self.p1 = (p + [0.0, 0.0])[:2]
 
+    def _per_feature_name(self):
+        """The parameter that gives each feature its own scale (for messages)."""
+        return "length_scale" if self.inv_feature_scale is None else "feature_scale"
+
+    def _inv_feature_scale_like(self, value):
+        """The fixed inverse feature scales as an array of ``value``'s library, device and
+        dtype, copied there once."""
+        xp, device = backend.namespace(value), backend.device_of(value)
+        held = self._device_inv_feature_scale
+        if held is None or held[0] is not xp or held[1:3] != (device, value.dtype):
+            copy = xp.asarray([float(v) for v in self.inv_feature_scale], dtype=value.dtype, device=device)
+            held = self._device_inv_feature_scale = (xp, device, value.dtype, copy)
+        return held[3]
+
     def _accumulate_scale(self, theta_bar, sq_sums):
-        """``sq_sums[d] = sum_ij W_ij (a_s,id - b_s,jd)^2``; d r2 / d log l_d = -2 (..)^2."""
+        """``sq_sums[d] = sum_ij W_ij (a_s,id - b_s,jd)^2``; d r2 / d log l_d = -2 (..)^2,
+        summed over the features that share a length scale."""
         if self.scale_name is None or not self.free(self.scale_name):
             return
         g = -2.0 * np.asarray(sq_sums, dtype=np.float64)
-        self.accumulate(theta_bar, self.scale_name, g if self.ard else g.sum())
+        self.accumulate(theta_bar, self.scale_name, g if self.learns_per_feature else g.sum())
 
     # -- inputs ------------------------------------------------------------------------
     def _scaled(self, A, B):
         n_features = A.shape[1]
         if self.ard and self.inv_l.size != n_features:
             raise ValueError(
-                f"{self.name}: length_scale has {self.inv_l.size} entries but X has "
+                f"{self.name}: {self._per_feature_name()} has {self.inv_l.size} entries but X has "
                 f"{n_features} features"
             )
         inv_l = self.inv_l.astype(A.dtype, copy=False)
@@ -228,7 +259,7 @@ class Stationary(Leaf):
         n_features = A.shape[1]
         if self.ard and self.inv_l.shape[0] != n_features:
             raise ValueError(
-                f"{self.name}: length_scale has {self.inv_l.shape[0]} entries but X has "
+                f"{self.name}: {self._per_feature_name()} has {self.inv_l.shape[0]} entries but X has "
                 f"{n_features} features"
             )
         device = backend.device_of(A)
@@ -269,7 +300,7 @@ class Stationary(Leaf):
         if self.scale_name is None or not self.free(self.scale_name):
             return
         g = -2.0 * sq_sums
-        self.accumulate(theta_bar, self.scale_name, g if self.ard else xp.sum(g))
+        self.accumulate(theta_bar, self.scale_name, g if self.learns_per_feature else xp.sum(g))
 
     def _finish_cross_xp(self, theta_bar, W, rs, cs, As, Bs, inv_l, xp):
         Wb = W @ Bs
@@ -372,6 +403,14 @@ def _check_scale(sk_kernel, allow_ard):
 def make_rbf(sk_kernel, offset):
     _check_scale(sk_kernel, allow_ard=True)
     return Stationary(sk_kernel, offset, P.RBF)
+
+
+def make_feature_scaled_rbf(sk_kernel, offset):
+    """A :class:`~._scaled_rbf.FeatureScaledRBF`: its fixed feature scales are known once
+    the kernel sees X, so a wrong count fails at the first evaluation."""
+    _check_scale(sk_kernel, allow_ard=False)
+    scale = None if sk_kernel.feature_scale is None else sk_kernel.scales(np.size(sk_kernel.feature_scale))
+    return Stationary(sk_kernel, offset, P.RBF, feature_scale=scale)
 
 
 _MATERN_KINDS = {0.5: P.MATERN12, 1.5: P.MATERN32, 2.5: P.MATERN52, math.inf: P.RBF}
