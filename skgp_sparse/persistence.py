@@ -2,7 +2,8 @@
 
 ``skops.io.load`` refuses every type it does not know to be safe. A fitted estimator of
 this library holds its own small classes (the estimator, its target scaling, the basis's
-variational state and predictor) and scikit-learn kernel objects; :func:`trusted_types`
+variational state and predictor, the kernel class of :mod:`skgp_sparse.kernels`) and
+scikit-learn kernel objects; :func:`trusted_types`
 names them, so that a file can be checked against the list rather than trusted whole::
 
     import skops.io as sio
@@ -34,6 +35,7 @@ _OWN_TYPES = (
     "skgp_sparse.bases.orth_decoupled.OrthPredictor",
     "skgp_sparse.bases.orth_decoupled.OrthState",
     "skgp_sparse.bases.solve.SolveState",
+    "skgp_sparse.kernels._scaled_rbf.FeatureScaledRBF",
 )
 
 

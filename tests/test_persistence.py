@@ -28,6 +28,9 @@ def fitted_models():
     yield SparseGPRegressor(likelihood="poisson", **settings).fit(X, np.round(np.abs(3 * y))), X
     kernel = ConstantKernel(1.0) * RBF(1.0) + DotProduct() + WhiteKernel(0.1)
     yield SparseGPRegressor(kernel, **settings).fit(X, y), X
+    # Two classes on 20 features or more: the default kernel is a FeatureScaledRBF.
+    wide = np.hstack([X, rng.normal(size=(60, 18))])
+    yield SparseGPClassifier(**settings).fit(wide, binary), wide
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")

@@ -330,6 +330,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
 
     # --- what the shared core asks of the regressor ----------------------------------
     _data_checks = {"multi_output": True, "y_numeric": True}
+
     def _latent_noise_from_white(self):
         # A WhiteKernel is the observation noise of the Gaussian likelihood (as in GPR);
         # under the other likelihoods it is white noise of the latent function.

@@ -13,10 +13,11 @@ derivatives from ``eval_gradient`` and no derivative in the inputs
 
 Layout: :mod:`._compile` walks the sklearn tree and keeps the theta bookkeeping,
 :mod:`._stationary` holds the BLAS plumbing of distance-based kernels,
-:mod:`._profiles` their elementwise (numba) part, :mod:`._scaled_rbf` the one kernel
-class of this package (an RBF whose length scales share one learned factor), :mod:`._other` the constant, white
+:mod:`._profiles` their elementwise (numba) part, :mod:`._other` the constant, white
 and dot-product kernels, :mod:`._combinators` Sum, Product and Exponentiation, and
-:mod:`._generic` the node for every other kernel.
+:mod:`._generic` the node for every other kernel. :mod:`._scaled_rbf` holds the one
+kernel class of this package, :class:`FeatureScaledRBF` (an RBF whose length scales
+share one learned factor), which compiles as the RBF does.
 """
 
 from ._compile import COMPILED_KERNELS, CompiledKernel, compile_kernel
