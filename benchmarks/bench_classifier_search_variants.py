@@ -12,8 +12,9 @@ fresh process, one thread, its wall time split into the exact search
 * ``rows1024``: the search on 1,024 rows (``fit.plan.SEARCH_ROWS``; 2,048 by default);
 * ``round_q2``: two damped natural steps on q(u) after each round of the search on
   pseudo-observations (``optim.pseudo.ROUND_Q_STEPS``; 4 by default);
-* ``stop_rise2``, ``stop_rise3``: the search on pseudo-observations ends once a round raises
-  the bound by less than 2 or 3 times ``tol`` per row (``optim.pseudo.STOP_RISE``; 1);
+* ``stop_rise2``, ``stop_rise3``, ``stop_rise03``: the search on pseudo-observations ends once
+  a round raises the bound by less than 2, 3 or 0.3 times ``tol`` per row
+  (``optim.pseudo.STOP_RISE``; 1);
 * ``inducing_rate_full``, ``inducing_rate_01``: Adam moves the inducing inputs at its full
   rate, or at 0.1 of it, in the stream after the search on pseudo-observations
   (``fit.training.SEARCHED_Q_INDUCING_RATE``; 0.3 by default);
@@ -57,6 +58,7 @@ VARIANTS = {
     "round_q2": {("optim.pseudo", "ROUND_Q_STEPS"): 2},
     "stop_rise2": {("optim.pseudo", "STOP_RISE"): 2.0},
     "stop_rise3": {("optim.pseudo", "STOP_RISE"): 3.0},
+    "stop_rise03": {("optim.pseudo", "STOP_RISE"): 0.3},
     "inducing_rate_full": {("fit.training", "SEARCHED_Q_INDUCING_RATE"): 1.0},
     "inducing_rate_01": {("fit.training", "SEARCHED_Q_INDUCING_RATE"): 0.1},
 }
