@@ -27,7 +27,8 @@ fresh process, one thread, its wall time split into the exact search
 * ``ls_sqrt_d``, ``ls_sqrt_half_d``: the default kernel's form before session 23 (no
   constant), its length scales started at sqrt(d) or sqrt(d / 2) times each (standardised)
   feature's spread of 1 instead of 1, so that two rows at a typical distance start at a
-  kernel value near exp(-1) or exp(-2) on wide data;
+  kernel value near exp(-1) or exp(-2) on wide data; ``bias_ls_sqrt_d``: the session-23
+  default of two classes (with the constant), its length scales started at sqrt(d);
 * ``isotropic``: the default kernel of two classes with one length scale shared by every
   (standardised) feature, ``ConstantKernel(1.0) * RBF(1.0) + ConstantKernel(1.0)``, the
   default of two classes from 20 features on (session 24); ``isotropic_no_bias``: the same
@@ -65,11 +66,12 @@ VARIANTS = {
 #: Variants that set the estimator's parameters rather than a module's constants.
 ESTIMATOR_PARAMS = {"probit": {"likelihood": "probit"}, "logit": {"likelihood": "logit"}}
 #: Variants that set the kernel: the default's form with and without a learned constant.
-KERNEL_FORMS = {"no_bias": False, "bias": True, "isotropic": True, "isotropic_no_bias": False}
+KERNEL_FORMS = {"no_bias": False, "bias": True, "isotropic": True, "isotropic_no_bias": False, "bias_ls_sqrt_d": True}
 #: Kernel variants whose RBF has one length scale for every feature.
 ISOTROPIC = {"isotropic", "isotropic_no_bias"}
 #: Length-scale starts as a function of the number of features d (the features are standardised).
-KERNEL_STARTS = {"ls_sqrt_d": lambda d: d ** 0.5, "ls_sqrt_half_d": lambda d: (d / 2) ** 0.5}
+KERNEL_STARTS = {"ls_sqrt_d": lambda d: d ** 0.5, "ls_sqrt_half_d": lambda d: (d / 2) ** 0.5,
+                 "bias_ls_sqrt_d": lambda d: d ** 0.5}
 SETS = ["ring", "twonorm", "spambase", "magic", "banana", "phoneme", "nasscds"]
 
 
