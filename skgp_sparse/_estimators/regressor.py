@@ -756,7 +756,9 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
                 f"This {type(self).__name__} instance is not fitted yet; its prior predictions "
                 f"exist for likelihood='gaussian' only (not {self.likelihood!r}). Call 'fit' first.")
         X = check_array(X, dtype=np.float64)
-        kernel = default_kernel(X.shape[1], form=KernelForm(matern_nu=DEFAULT_MATERN_NU)) if self.kernel is None else self.kernel
+        kernel = self.kernel
+        if kernel is None:
+            kernel = default_kernel(X.shape[1], form=KernelForm(matern_nu=DEFAULT_MATERN_NU))
         # sklearn kernels put a WhiteKernel's level on the diagonal of kernel(X); any
         # other kernel leaves the noise to noise_variance.
         carried = NoiseParameter(compile_kernel(kernel, white_as_noise=True), self.noise_variance, None).from_kernel

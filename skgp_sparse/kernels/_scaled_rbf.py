@@ -78,7 +78,11 @@ class FeatureScaledRBF(RBF):
         return super().__call__(X / scale, None if Y is None else np.atleast_2d(Y) / scale, eval_gradient)
 
     def __repr__(self):
+        # As scikit-learn's kernels print: three significant digits. A length scale that
+        # is not one number (refused at evaluation) prints as it is.
+        ls = self.length_scale
+        text = f"{ls:.3g}" if np.ndim(ls) == 0 else repr(ls)
         if self.feature_scale is None:
-            return f"{type(self).__name__}(length_scale={self.length_scale:.3g})"
+            return f"{type(self).__name__}(length_scale={text})"
         scale = ", ".join(f"{s:.3g}" for s in np.asarray(self.feature_scale, dtype=np.float64).reshape(-1))
-        return f"{type(self).__name__}(length_scale={self.length_scale:.3g}, feature_scale=[{scale}])"
+        return f"{type(self).__name__}(length_scale={text}, feature_scale=[{scale}])"

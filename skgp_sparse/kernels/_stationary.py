@@ -32,7 +32,8 @@ from . import _array_api as X
 from . import _profiles as P
 from ._base import Leaf, value_for
 
-__all__ = ["Stationary", "GenericMatern", "make_rbf", "make_feature_scaled_rbf", "make_matern", "make_rq", "make_expsine"]
+__all__ = ["Stationary", "GenericMatern", "make_rbf", "make_feature_scaled_rbf", "make_matern", "make_rq",
+           "make_expsine"]
 
 
 def _row_sq(x):
@@ -86,7 +87,8 @@ class Stationary(Leaf):
         if self.scale_name is None:
             self.inv_l = np.ones(1)
             self.ard = self.learns_per_feature = False
-            return self._refresh_profile()
+            self._refresh_profile()
+            return
         ls = self.values[self.scale_name]
         # ``learns_per_feature``: a length scale per feature in theta; ``ard``: one per
         # feature in the evaluation (the same, or one shared factor times fixed scales).
