@@ -77,7 +77,11 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
         RBF(length_scale=s)`` with learnable amplitude and one length scale per feature,
         starting at each feature's standard deviation ``s`` (1 for a constant feature)
         and bounded to ``[1e-5 s, 1e5 s]``; for two classes plus a learned constant,
-        ``+ ConstantKernel(1.0)``, the prior variance of the latent function's offset.
+        ``+ ConstantKernel(1.0)``, the prior variance of the latent function's offset, and
+        from 20 features on one length scale shared by all of them,
+        ``FeatureScaledRBF(1.0, feature_scale=s)`` in place of the RBF (length scales
+        ``l * s`` for one learned ``l`` in ``[1e-5, 1e5]``; see
+        :class:`skgp_sparse.kernels.FeatureScaledRBF`).
         Hyperparameters with ``"fixed"`` bounds stay fixed and the others stay within
         their bounds. A ``WhiteKernel`` added at the top level is white noise of the
         latent functions (as in GaussianProcessClassifier): its level adds to their
