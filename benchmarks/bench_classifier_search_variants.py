@@ -65,7 +65,7 @@ VARIANTS = {
 }
 #: Variants that set the estimator's parameters rather than a module's constants.
 ESTIMATOR_PARAMS = {"probit": {"likelihood": "probit"}, "logit": {"likelihood": "logit"}}
-#: Variants that set the kernel: the default's form with and without a learned constant.
+#: Variants that set the kernel, each with (True) or without (False) the learned constant.
 KERNEL_FORMS = {"no_bias": False, "bias": True, "isotropic": True, "isotropic_no_bias": False, "bias_ls_sqrt_d": True}
 #: Kernel variants whose RBF has one length scale for every feature.
 ISOTROPIC = {"isotropic", "isotropic_no_bias"}

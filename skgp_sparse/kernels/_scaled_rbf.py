@@ -1,7 +1,7 @@
 """An RBF kernel whose per-feature length scales share one learned factor."""
 
 import numpy as np
-from sklearn.gaussian_process.kernels import RBF, Hyperparameter
+from sklearn.gaussian_process.kernels import RBF
 
 __all__ = ["FeatureScaledRBF"]
 
@@ -40,13 +40,20 @@ class FeatureScaledRBF(RBF):
         super().__init__(length_scale=length_scale, length_scale_bounds=length_scale_bounds)
         self.feature_scale = feature_scale
 
-    @property
-    def anisotropic(self):
-        return False
+    def checked_feature_scale(self):
+        """``feature_scale`` as a float64 vector, or None when it is None.
 
-    @property
-    def hyperparameter_length_scale(self):
-        return Hyperparameter("length_scale", "numeric", self.length_scale_bounds)
+        Raises
+        ------
+        ValueError
+            If an entry is not positive and finite.
+        """
+        if self.feature_scale is None:
+            return None
+        scale = np.asarray(self.feature_scale, dtype=np.float64).reshape(-1)
+        if not (np.all(np.isfinite(scale)) and np.all(scale > 0)):
+            raise ValueError("FeatureScaledRBF: every entry of feature_scale must be positive and finite")
+        return scale
 
     def scales(self, n_features):
         """Each feature's fixed scale as a float64 vector of ``n_features`` entries.
@@ -62,14 +69,12 @@ class FeatureScaledRBF(RBF):
                 f"FeatureScaledRBF: length_scale must be one number (the factor shared by every "
                 f"feature), got an array of shape {np.shape(self.length_scale)}; put the features' "
                 "own scales in feature_scale")
-        if self.feature_scale is None:
+        scale = self.checked_feature_scale()
+        if scale is None:
             return np.ones(n_features)
-        scale = np.asarray(self.feature_scale, dtype=np.float64).reshape(-1)
         if scale.shape != (n_features,):
             raise ValueError(
                 f"FeatureScaledRBF: feature_scale has {scale.size} entries but X has {n_features} features")
-        if not (np.all(np.isfinite(scale)) and np.all(scale > 0)):
-            raise ValueError("FeatureScaledRBF: every entry of feature_scale must be positive and finite")
         return scale
 
     def __call__(self, X, Y=None, eval_gradient=False):

@@ -408,11 +408,10 @@ def make_rbf(sk_kernel, offset):
 
 
 def make_feature_scaled_rbf(sk_kernel, offset):
-    """A :class:`~._scaled_rbf.FeatureScaledRBF`: its fixed feature scales are known once
-    the kernel sees X, so a wrong count fails at the first evaluation."""
+    """A :class:`~._scaled_rbf.FeatureScaledRBF`: the feature scales' values are checked
+    here, their count against X at the first evaluation."""
     _check_scale(sk_kernel, allow_ard=False)
-    scale = None if sk_kernel.feature_scale is None else sk_kernel.scales(np.size(sk_kernel.feature_scale))
-    return Stationary(sk_kernel, offset, P.RBF, feature_scale=scale)
+    return Stationary(sk_kernel, offset, P.RBF, feature_scale=sk_kernel.checked_feature_scale())
 
 
 _MATERN_KINDS = {0.5: P.MATERN12, 1.5: P.MATERN32, 2.5: P.MATERN52, math.inf: P.RBF}
