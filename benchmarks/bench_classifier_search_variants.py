@@ -143,7 +143,8 @@ def fit_one(name, variant, split_seed, random_state):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", nargs="+", default=SETS)
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=[*VARIANTS, *ESTIMATOR_PARAMS, *KERNEL_FORMS, *KERNEL_STARTS, "linear"])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS),
+                        choices=[*VARIANTS, *ESTIMATOR_PARAMS, *KERNEL_FORMS, *KERNEL_STARTS, "linear"])
     parser.add_argument("--split-seed", type=int, default=0)
     parser.add_argument("--seed-from-split", action="store_true",
                         help="fit with random_state set to the split's seed, as bench_binary_classification.py "
