@@ -35,7 +35,9 @@ fresh process, one thread, its wall time split into the exact search
   without the constant, the form of many classes;
 * ``linear``: a Bayesian linear model on the features, ``ConstantKernel(1.0) *
   DotProduct(1.0) + ConstantKernel(1.0)`` (the offset fixed), the right family for twonorm,
-  whose classes are two Gaussians of one covariance;
+  whose classes are two Gaussians of one covariance; ``isotropic_linear``: the default of
+  two classes from 20 features on plus that linear term,
+  ``ConstantKernel(1.0) * RBF(1.0) + ConstantKernel(1.0) * DotProduct(1.0) + ConstantKernel(1.0)``;
 * ``orth_decoupled_256``: the orthogonally decoupled basis with 256 mean-only points beside
   the 256 inducing points; ``greedy_variance``: the inducing inputs started at greedy
   maximum-variance rows instead of k-means centres; ``epochs100``: the stream run for 100
@@ -83,6 +85,8 @@ ESTIMATOR_PARAMS = {"probit": {"likelihood": "probit"}, "logit": {"likelihood": 
 KERNEL_FORMS = {"no_bias": False, "bias": True, "isotropic": True, "isotropic_no_bias": False, "bias_ls_sqrt_d": True}
 #: Kernel variants whose RBF has one length scale for every feature.
 ISOTROPIC = {"isotropic", "isotropic_no_bias"}
+#: Kernel variants with a linear term (see ``linear_kernel``).
+LINEAR = ("linear", "isotropic_linear")
 #: Length-scale starts as a function of the number of features d (the features are standardised).
 KERNEL_STARTS = {"ls_sqrt_d": lambda d: d ** 0.5, "ls_sqrt_half_d": lambda d: (d / 2) ** 0.5,
                  "bias_ls_sqrt_d": lambda d: d ** 0.5}
@@ -103,12 +107,16 @@ def variant_kernel(variant, d):
     return kernel + ConstantKernel(1.0) if KERNEL_FORMS.get(variant, False) else kernel
 
 
-def linear_kernel():
-    """The ``linear`` variant's kernel: Bayesian linear regression on the features (an
-    amplitude times the dot product, its offset fixed at 1) plus a learned constant."""
+def linear_kernel(variant, d):
+    """The kernel of a variant with a linear term (``LINEAR``): an amplitude times the dot
+    product of the features (its offset fixed at 1), plus a learned constant, plus for
+    ``isotropic_linear`` the amplitude times an RBF of one length scale."""
     from sklearn.gaussian_process.kernels import ConstantKernel, DotProduct
 
-    return ConstantKernel(1.0) * DotProduct(1.0, sigma_0_bounds="fixed") + ConstantKernel(1.0)
+    linear = ConstantKernel(1.0) * DotProduct(1.0, sigma_0_bounds="fixed")
+    if variant == "isotropic_linear":
+        linear = variant_kernel("isotropic_no_bias", d) + linear
+    return linear + ConstantKernel(1.0)
 
 
 def fit_one(name, variant, split_seed, random_state):
@@ -130,8 +138,8 @@ def fit_one(name, variant, split_seed, random_state):
                                 **ESTIMATOR_PARAMS.get(variant, {})})
     if variant in KERNEL_FORMS or variant in KERNEL_STARTS:
         clf.set_params(kernel=variant_kernel(variant, X.shape[1]))
-    elif variant == "linear":
-        clf.set_params(kernel=linear_kernel())
+    elif variant in LINEAR:
+        clf.set_params(kernel=linear_kernel(variant, X.shape[1]))
     proba, fit_s, search_s, stream_s = fit_by_phase(clf, X, y, Xt)
     return dict(set=name, split=split_seed, variant=variant, random_state=random_state,
                 acc=float(np.mean(clf.classes_[proba.argmax(axis=1)] == yt)),
@@ -144,7 +152,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", nargs="+", default=SETS)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS),
-                        choices=[*VARIANTS, *ESTIMATOR_PARAMS, *KERNEL_FORMS, *KERNEL_STARTS, "linear"])
+                        choices=[*VARIANTS, *ESTIMATOR_PARAMS, *KERNEL_FORMS, *KERNEL_STARTS, *LINEAR])
     parser.add_argument("--split-seed", type=int, default=0)
     parser.add_argument("--seed-from-split", action="store_true",
                         help="fit with random_state set to the split's seed, as bench_binary_classification.py "
