@@ -9,7 +9,8 @@ fresh process, one thread, its wall time split into the exact search
 * ``base``: as they are;
 * ``q1``, ``q2``: one or two damped natural steps on q(u) per evaluation of the search
   (``optim.fullbatch.INEXACT_Q_STEPS``; 3 by default);
-* ``rows1024``: the search on 1,024 rows (``fit.plan.SEARCH_ROWS``; 2,048 by default);
+* ``rows1024``, ``rows4096``: the search on 1,024 or 4,096 rows (``fit.plan.SEARCH_ROWS``;
+  2,048 by default);
 * ``round_q2``: two damped natural steps on q(u) after each round of the search on
   pseudo-observations (``optim.pseudo.ROUND_Q_STEPS``; 4 by default);
 * ``stop_rise2``, ``stop_rise3``, ``stop_rise03``: the search on pseudo-observations ends once
@@ -68,6 +69,7 @@ VARIANTS = {
     "q1": {("optim.fullbatch", "INEXACT_Q_STEPS"): 1},
     "q2": {("optim.fullbatch", "INEXACT_Q_STEPS"): 2},
     "rows1024": {("fit.plan", "SEARCH_ROWS"): 1024},
+    "rows4096": {("fit.plan", "SEARCH_ROWS"): 4096},
     "round_q2": {("optim.pseudo", "ROUND_Q_STEPS"): 2},
     "stop_rise2": {("optim.pseudo", "STOP_RISE"): 2.0},
     "stop_rise3": {("optim.pseudo", "STOP_RISE"): 3.0},
