@@ -115,10 +115,10 @@ def linear_kernel(variant, d):
     ``isotropic_linear`` the amplitude times an RBF of one length scale."""
     from sklearn.gaussian_process.kernels import ConstantKernel, DotProduct
 
-    linear = ConstantKernel(1.0) * DotProduct(1.0, sigma_0_bounds="fixed")
+    kernel = ConstantKernel(1.0) * DotProduct(1.0, sigma_0_bounds="fixed")
     if variant == "isotropic_linear":
-        linear = variant_kernel("isotropic_no_bias", d) + linear
-    return linear + ConstantKernel(1.0)
+        kernel = variant_kernel("isotropic_no_bias", d) + kernel
+    return kernel + ConstantKernel(1.0)
 
 
 def fit_one(name, variant, split_seed, random_state):
