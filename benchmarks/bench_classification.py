@@ -67,7 +67,8 @@ def ours(X, Xt, y, yt, max_iter, basis="coupled", n_inducing=N_INDUCING):
 
     def evaluate(model, est):  # test accuracy of the model as it is after an epoch
         mean, var = model.predictor().latent(model.kernel, Xt)
-        proba = model.likelihood.predict_proba(mean, var)
+        # Classes that share one covariance share one variance column.
+        proba = model.likelihood.predict_proba(mean, np.broadcast_to(var, mean.shape))
         if proba.shape[1] == 1:  # binary likelihoods give P(second class)
             proba = np.column_stack([1 - proba[:, 0], proba[:, 0]])
         return {"accuracy": accuracy_score(yt, classes[proba.argmax(axis=1)])}
