@@ -128,10 +128,10 @@ def main():
     parser.add_argument("--no-run", action="store_true", help="only redraw figures and the report")
     args = parser.parse_args()
     results_dir = HERE / "results" / ("quick" if args.quick else "")
-    statuses = {}
-    if not args.no_run:
-        for path in scripts(args.only):
-            statuses[path.stem] = run_script(path, args.quick)
+    if args.no_run:
+        statuses = {path.stem: "not run: redrawn from its saved results" for path in scripts(args.only)}
+    else:
+        statuses = {path.stem: run_script(path, args.quick) for path in scripts(args.only)}
     figures = curve_figures(results_dir)
     path = report(results_dir, statuses, figures)
     print(f"report: {path}; figures: {', '.join(f.name for f in figures) or 'none'}")
