@@ -38,10 +38,10 @@ def kernel_for(name, X):
     """The default kernel's shape with an ARD RBF or Matern 5/2 (``name``): an amplitude
     started at 1, length scales started at each feature's spread and bounded ten decades
     either side of it."""
-    from skgp_sparse._estimators._common import default_kernel
+    from skgp_sparse._estimators._common import KernelForm, default_kernel
     from skgp_sparse.fit.plan import feature_scale
 
-    return default_kernel(X.shape[1], feature_scale(X), None if name == "rbf" else 2.5)
+    return default_kernel(X.shape[1], feature_scale(X), KernelForm(matern_nu=None if name == "rbf" else 2.5))
 
 
 def fit(name, kernel_name, args):
