@@ -5,7 +5,7 @@ per-basis benchmark that a basis adds) in its own process against this checkout'
 then draws the figures of test metric against training time and writes a Markdown summary:
 
     python benchmarks/run_all.py            # the full report (an hour or more on 2 cores)
-    python benchmarks/run_all.py --quick    # smoke run of every script (a few minutes)
+    python benchmarks/run_all.py --quick    # smoke run of every script (more than half an hour on 2 cores)
     python benchmarks/run_all.py --only bench_regression --no-run   # redraw from saved JSON
 
 Full runs write ``benchmarks/results/*.json``, ``results/figures/*.png`` and
