@@ -41,6 +41,17 @@ def _row_sq(x):
     return np.einsum("ij,ij->i", x, x)
 
 
+def _held_copy(held, host, xp, device, dtype):
+    """``held`` (a ``(host, xp, device, dtype, copy)`` tuple or None) if it holds ``host``
+    (a host float64 vector) as an array of ``xp`` on ``device`` in ``dtype``, else a new
+    such tuple: a node copies a host vector to a device once per value, not per call."""
+    if held is None or held[0] is not host or held[1] is not xp or held[2:4] != (device, dtype):
+        # The values are host floats: a list of Python floats is the one form every
+        # library's asarray takes on any device.
+        held = (host, xp, device, dtype, xp.asarray([float(v) for v in host], dtype=dtype, device=device))
+    return held
+
+
 
 def _weigh(K_bar, fp, dtype):
     """W = K_bar * f'(r2) with its row and column sums: what every derivative of a
@@ -113,12 +124,9 @@ class Stationary(Leaf):
     def _inv_feature_scale_like(self, value):
         """The fixed inverse feature scales as an array of ``value``'s library, device and
         dtype, copied there once."""
-        xp, device = backend.namespace(value), backend.device_of(value)
-        held = self._device_inv_feature_scale
-        if held is None or held[0] is not xp or held[1:3] != (device, value.dtype):
-            copy = xp.asarray([float(v) for v in self.inv_feature_scale], dtype=value.dtype, device=device)
-            held = self._device_inv_feature_scale = (xp, device, value.dtype, copy)
-        return held[3]
+        self._device_inv_feature_scale = _held_copy(self._device_inv_feature_scale, self.inv_feature_scale,
+                                                    backend.namespace(value), backend.device_of(value), value.dtype)
+        return self._device_inv_feature_scale[4]
 
     def _accumulate_scale(self, theta_bar, sq_sums):
         """``sq_sums[d] = sum_ij W_ij (a_s,id - b_s,jd)^2``; d r2 / d log l_d = -2 (..)^2,
@@ -286,14 +294,9 @@ class Stationary(Leaf):
             return self.inv_l if self.inv_l.dtype == dtype else xp.astype(self.inv_l, dtype)
         if not self.ard:
             return float(self.inv_l[0])
-        held = self._device_inv_l
         # The host array itself is part of the key: refresh() makes a new one.
-        if held is None or held[0] is not self.inv_l or held[1:3] != (device, dtype):
-            # The hyperparameters are host floats: a list of Python floats is the one form
-            # every library's asarray takes on any device.
-            copy = xp.asarray([float(v) for v in self.inv_l], dtype=dtype, device=device)
-            held = self._device_inv_l = (self.inv_l, device, dtype, copy)
-        return held[3]
+        self._device_inv_l = _held_copy(self._device_inv_l, self.inv_l, xp, device, dtype)
+        return self._device_inv_l[4]
 
     def _profile_xp(self, r2, grad, xp, p0, p1):
         return X.forward(self.kind, r2, p0, p1, grad, xp)
