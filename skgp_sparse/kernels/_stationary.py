@@ -42,13 +42,15 @@ def _row_sq(x):
 
 
 def _held_copy(held, host, xp, device, dtype):
-    """``held`` (a ``(host, xp, device, dtype, copy)`` tuple or None) if it holds ``host``
-    (a host float64 vector) as an array of ``xp`` on ``device`` in ``dtype``, else a new
-    such tuple: a node copies a host vector to a device once per value, not per call."""
-    if held is None or held[0] is not host or held[1] is not xp or held[2:4] != (device, dtype):
+    """``held`` (a ``(host, device, dtype, copy)`` tuple or None) if it holds ``host`` (a
+    host float64 vector) as an array on ``device`` in ``dtype``, else a new such tuple made
+    with ``xp``: a node copies a host vector to a device once per value, not per call. The
+    library is not held (a module would make the kernel impossible to deep-copy, as the
+    bases' searches do); a library's dtype tells it apart."""
+    if held is None or held[0] is not host or held[1:3] != (device, dtype):
         # The values are host floats: a list of Python floats is the one form every
         # library's asarray takes on any device.
-        held = (host, xp, device, dtype, xp.asarray([float(v) for v in host], dtype=dtype, device=device))
+        held = (host, device, dtype, xp.asarray([float(v) for v in host], dtype=dtype, device=device))
     return held
 
 
@@ -126,7 +128,7 @@ class Stationary(Leaf):
         dtype, copied there once."""
         self._device_inv_feature_scale = _held_copy(self._device_inv_feature_scale, self.inv_feature_scale,
                                                     backend.namespace(value), backend.device_of(value), value.dtype)
-        return self._device_inv_feature_scale[4]
+        return self._device_inv_feature_scale[3]
 
     def _accumulate_scale(self, theta_bar, sq_sums):
         """``sq_sums[d] = sum_ij W_ij (a_s,id - b_s,jd)^2``; d r2 / d log l_d = -2 (..)^2,
@@ -296,7 +298,7 @@ class Stationary(Leaf):
             return float(self.inv_l[0])
         # The host array itself is part of the key: refresh() makes a new one.
         self._device_inv_l = _held_copy(self._device_inv_l, self.inv_l, xp, device, dtype)
-        return self._device_inv_l[4]
+        return self._device_inv_l[3]
 
     def _profile_xp(self, r2, grad, xp, p0, p1):
         return X.forward(self.kind, r2, p0, p1, grad, xp)
