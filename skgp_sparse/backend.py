@@ -86,10 +86,11 @@ def is_foreign(a):
     True for objects that declare an Array API namespace (``__array_namespace__``:
     ``array_api_strict``, JAX) and for the arrays of the libraries that do not declare one,
     PyTorch tensors and CuPy arrays (CuPy 14's ``ndarray`` has no ``__array_namespace__``).
-    False for numpy arrays and for everything else (lists, pandas or Dask objects), which
-    the callers keep converting with ``np.asarray`` as before.
+    False for numpy arrays, numpy scalars (which declare numpy's Array API namespace from
+    numpy 2 on, yet live on the host and need no optional package) and everything else
+    (lists, pandas or Dask objects), which the callers keep converting with ``np.asarray``.
     """
-    if isinstance(a, np.ndarray):
+    if isinstance(a, (np.ndarray, np.generic)):
         return False
     if hasattr(type(a), "__array_namespace__"):
         return True
@@ -107,7 +108,7 @@ def on_device(value):
     training loop holds on its rows' device, see
     :meth:`skgp_sparse.kernels.CompiledKernel.set_theta`) rather than a host number, a
     numpy array or a numpy scalar."""
-    return is_foreign(value) and not isinstance(value, np.generic)
+    return is_foreign(value)
 
 
 def is_array(value):
@@ -120,11 +121,11 @@ def is_array(value):
     Returns
     -------
     bool
-        True for a numpy array and for an array of another library this package runs on
-        (:func:`is_foreign`: numpy scalars included, as they declare an Array API
-        namespace); False for lists, Python numbers and other objects.
+        True for a numpy array or scalar and for an array of another library this
+        package runs on (:func:`is_foreign`); False for lists, Python numbers and other
+        objects.
     """
-    return isinstance(value, np.ndarray) or is_foreign(value)
+    return isinstance(value, (np.ndarray, np.generic)) or is_foreign(value)
 
 
 def namespace(*arrays):
@@ -172,7 +173,7 @@ def library(xp):
 
 def device_of(a):
     """Device of an array: ``"cpu"`` for numpy, the library's device object otherwise."""
-    if isinstance(a, np.ndarray):
+    if not is_foreign(a):
         return "cpu"
     return _compat().device(a)
 
@@ -427,9 +428,7 @@ def input_namespace(*arrays):
         If an array of another library comes with a numpy array or a list (no implicit
         transfer), or arrays of two other libraries meet.
     """
-    # numpy scalars declare an Array API namespace (numpy 2), which is_foreign reads as
-    # another library; they are numpy's.
-    if not any(not isinstance(a, (np.ndarray, np.generic)) and is_foreign(a) for a in arrays):
+    if not any(is_foreign(a) for a in arrays):
         return np
     return namespace(*arrays)
 

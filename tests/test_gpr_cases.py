@@ -184,8 +184,13 @@ def test_anisotropic_kernel():
     length_scales = np.exp(reg.kernel_.theta)
     assert length_scales[1] > 5 * length_scales[0]
     # GPR's optimum, to the jitter's effect (a few per cent at a condition number of 1e13).
+    # The long length scale lies on a ridge so flat (GPR's log marginal likelihood changes
+    # by 0.04 between 28 and 31) that where L-BFGS-B stops on it depends on scipy's
+    # version: scipy 1.17 stops ours at 28.3, GPR's at 30.8. So the short one is compared,
+    # and the long one by the likelihood it gives, which [1, 1] misses by 185 nats.
     gpr = quiet_fit(GaussianProcessRegressor(RBF([1.0, 1.0])), X_, y_)
-    assert_allclose(length_scales, np.exp(gpr.kernel_.theta), rtol=0.05)
+    assert_allclose(length_scales[0], np.exp(gpr.kernel_.theta[0]), rtol=0.05)
+    assert gpr.log_marginal_likelihood(reg.kernel_.theta) > gpr.log_marginal_likelihood_value_ - 0.1
 
 
 def test_random_starts():

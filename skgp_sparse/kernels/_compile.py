@@ -267,7 +267,7 @@ class CompiledKernel:
             is asked for (a training loop on a device's arrays moves the hyperparameters
             by Adam there, see :meth:`theta_on`).
         """
-        if backend.is_foreign(theta) and not isinstance(theta, np.generic):
+        if backend.is_foreign(theta):
             if tuple(theta.shape) != (self.n_theta,):
                 raise ValueError(f"theta has shape {tuple(theta.shape)}, the kernel has {self.n_theta} entries")
             self._theta, self._device_theta = None, theta

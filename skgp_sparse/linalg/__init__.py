@@ -92,7 +92,7 @@ _JITTER_WARNING_LEVEL = 5
 def _on_numpy(a, xp=None):
     """Whether ``a`` (of namespace ``xp``, when given) goes to the numpy back end."""
     if xp is None:
-        return isinstance(a, np.ndarray) or not be.is_foreign(a)
+        return not be.is_foreign(a)
     return xp is np
 
 
