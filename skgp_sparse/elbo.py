@@ -9,12 +9,13 @@ what the basis needs for its natural step. It also packs and unpacks those param
 as a dict of arrays, so the optimiser never needs to know what they mean.
 """
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import backend
-from .bases import as_basis
+from .bases import SEARCH_BASIS, as_basis
 from .linalg import pending_flags
 
 
@@ -134,6 +135,40 @@ class VariationalModel:
         """Every compiled kernel of the model (one here; a kernel per latent group in
         several-output models)."""
         return [self.kernel]
+
+    # --- the model of the exact search -------------------------------------------------
+    def search_model(self, n_rows, learn_inducing=False):
+        """The model of a stage of the exact search that starts a fresh fit.
+
+        A copy of this model's kernel and likelihood (their current parameters) on
+        :data:`~skgp_sparse.bases.SEARCH_BASIS`, whatever basis this model trains: there
+        the bound with q(u) optimal is the collapsed bound under a Gaussian likelihood. It
+        sits at every inducing input of this model (the second set too, stacked after the
+        first: 10 + 10 SOLVE points carry the hyperparameters of about 20 points, not 10),
+        with q(u) at the prior, its data term counting ``n_rows`` rows, and it moves the
+        inducing inputs where ``learn_inducing`` and this model learns them.
+        """
+        # Copied together, so that a noise carried by the kernel's WhiteKernel stays tied to it.
+        kernel, likelihood, noise, latent_noise = copy.deepcopy((self.kernel, self.likelihood, self.noise,
+                                                                 self.latent_noise))
+        n_outputs, n_covariances = self.basis.latent_shape(self.state)
+        state = SEARCH_BASIS.init_state(self.stacked_inducing(), n_outputs=n_outputs, n_covariances=n_covariances)
+        search = VariationalModel(
+            SEARCH_BASIS, kernel, likelihood, state, n_rows, noise=noise,
+            learn_inducing=learn_inducing and self.learns_inducing(), jitter=self.jitter, natural=self.natural,
+            latent_noise=latent_noise, learn_hyperparameters=self.learn_hyperparameters,
+        )
+        search.layout = self.layout
+        return search
+
+    def learns_inducing(self):
+        """Whether Adam moves the inducing inputs."""
+        return any(field in self.learn_fields for field in self.basis.INDUCING_FIELDS)
+
+    def stacked_inducing(self):
+        """Every inducing input of the state, its sets stacked, as a float64 host array."""
+        sets = [getattr(self.state, name) for name in self.basis.INDUCING_FIELDS]
+        return np.concatenate([np.array(backend.to_numpy(z), dtype=np.float64) for z in sets if z is not None])
 
     @property
     def rows_counted(self):

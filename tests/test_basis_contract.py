@@ -58,6 +58,10 @@ def test_every_registered_basis_keeps_the_contract(name):
     if name != "inverse_free":  # the only basis with diagnostics
         assert basis.diagnostics(None, state, 1e-6) == {}
     assert basis.has_collapsed_bound == (name == "coupled")
+    assert basis.WHITENED_Q == (name == "coupled")
+    # The shape it was made with, (P, C), read back from the state.
+    assert basis.latent_shape(state) == (2, 1)
+    assert basis.latent_shape(basis.init_state(points, n_outputs=3, n_covariances=3, n_orthogonal=n_orthogonal)) == (3, 3)
 
 
 def test_orthogonal_bases_are_those_that_declare_a_second_set():
@@ -122,9 +126,10 @@ def test_declarations_and_signatures_are_checked():
 
 def test_what_a_basis_may_leave_out_has_its_default():
     minimal = type("Minimal", (Basis,), _members(type(coupled.BASIS), leave_out=(
-        "EXACT_NATURAL_STEP", "CONJUGATE_NATURAL_STEP", "collapsed_bound")))()
+        "EXACT_NATURAL_STEP", "CONJUGATE_NATURAL_STEP", "WHITENED_Q", "collapsed_bound")))()
     assert minimal.EXACT_NATURAL_STEP is False and minimal.CONJUGATE_NATURAL_STEP is False
-    assert minimal.ORTHOGONAL_SET is False
+    assert minimal.ORTHOGONAL_SET is False and minimal.WHITENED_Q is False
+    assert minimal.latent_shape(coupled.init_state(np.zeros((4, 2)), n_outputs=3, n_covariances=1)) == (3, 1)
     assert minimal.init_options({"kl_columns": 5, "n_orthogonal": 3}, np.random.default_rng(0)) == {}
     assert minimal.diagnostics(None, None, 1e-6) == {}
     assert minimal.adam_field_scales(None, 0) is None

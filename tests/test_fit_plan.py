@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from skgp_sparse import SparseGPClassifier, SparseGPRegressor
+from skgp_sparse.bases import BASES, SEARCH_BASIS
 from skgp_sparse.fit import pipeline
 from skgp_sparse.fit.plan import (AUTO_BATCH_SIZE, AUTO_FULL_BATCH_ROWS, SEARCH_ROWS, batch_rows, feature_scale,
                                   plan_fit, plan_pass)
@@ -23,9 +24,10 @@ def settings(batch_size="auto"):
                        jitter="auto", verbose=0, backend="numpy", dtype="float64")
 
 
-def model(closed_form=True, exact=True, conjugate=True, natural=True, joint=False, learns=True):
+def model(closed_form=True, exact=True, conjugate=True, natural=True, joint=False, learns=True, basis=SEARCH_BASIS):
     """What the plan reads of a model: its capabilities, as plain answers."""
     return types.SimpleNamespace(
+        basis=basis,
         q_optimal_in_closed_form=lambda: closed_form,
         natural_step_is_exact=lambda jointly=True: exact,
         solves_q_in_closed_form=lambda: joint,
@@ -67,6 +69,13 @@ def test_one_batch_without_a_closed_form_is_searched_then_handed_over():
     assert plan.one_batch and not plan.collapsed
     assert plan.search and plan.hand_over and plan.search_rows == 500
     assert plan.settle == "damped" and not plan.check_q
+
+
+@pytest.mark.parametrize("basis", list(BASES))
+def test_the_plan_says_whether_the_model_trains_the_search_basis(basis):
+    # Only then can the model's q(u) start from the search's (fit/training.py asks the plan).
+    plan = plan_fit(settings(), model(basis=BASES[basis]), rows(3000))
+    assert plan.on_search_basis == (BASES[basis] is SEARCH_BASIS) == (basis == "coupled")
 
 
 @pytest.mark.parametrize("fresh, learns", [(False, True), (True, False)])

@@ -162,7 +162,8 @@ def test_inducing_inputs_move_slower_in_a_stream_from_the_searchs_q(monkeypatch)
                              coupled.init_state(np.zeros((4, 2)), n_outputs=1, n_covariances=1), 100)
     settings = SimpleNamespace(natural_step_size=1.0, learning_rate=0.01, optimizer=None)
     plain, slower = (make_optimisers(settings, model, SimpleNamespace(one_batch=False, x_scale=np.ones(2),
-                                                                      search=search, hand_over=False), 0)[1]
+                                                                      search=search, hand_over=False,
+                                                                      on_search_basis=True), 0)[1]
                      for search in (False, True))
     np.testing.assert_allclose(plain.step_scales["inducing"], [0.5, 1.0])
     np.testing.assert_allclose(slower.step_scales["inducing"], [0.15, 0.3])

@@ -17,7 +17,6 @@ It also declares ``_data_checks``, the keyword arguments that ``validate_data`` 
 y (multi-output, numeric).
 """
 
-import copy
 import inspect
 
 import numpy as np
@@ -28,7 +27,6 @@ from .. import backend
 from ..bases import BASES
 from ..elbo import TargetLayout, VariationalModel
 from ..kernels import compile_kernel
-from ..optim.loop import hyperparameters
 from ._common import (
     check_basis_options,
     check_n_data,
@@ -46,7 +44,7 @@ from ._common import (
 from ..fit.jitter import starting_jitter
 from ..fit.pipeline import run_fit, run_partial_fit
 from ..fit.placement import dispatch_namespace, fit_device, is_dask_collection
-from ..fit.plan import SEARCH_BASIS, feature_scale
+from ..fit.plan import feature_scale
 from ..fit.rows import DaskRows, InMemoryRows, device_rows, host_copies, stream_inputs, stream_sample
 from ..fit.settings import FitSettings
 from .._warnings import warn
@@ -76,13 +74,13 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         (non-Gaussian likelihoods) rather than observation noise (Gaussian)."""
         return True
 
-    def _build_model(self, kernel, state, n_data, basis=None, learn_inducing=True):
+    def _build_model(self, kernel, state, n_data):
         likelihood, noise = self._make_likelihood(kernel)
         # Without an input derivative (kernels on scikit-learn's API) Z cannot be learned;
         # _initial_model says so once per fit.
-        learn_inducing = learn_inducing and self.learn_inducing and kernel.has_input_gradient
+        learn_inducing = self.learn_inducing and kernel.has_input_gradient
         return VariationalModel(
-            BASES[basis or self.basis], kernel, likelihood, state, n_data, noise=noise,
+            BASES[self.basis], kernel, likelihood, state, n_data, noise=noise,
             learn_inducing=learn_inducing,
             jitter=starting_jitter(self.jitter, kernel, state.inducing, None if noise is None else noise.value),
             natural=self.variational_optimizer == "natural",
@@ -144,28 +142,6 @@ class SparseGPBase(BoundMethods, BaseEstimator):
             **BASES[self.basis].init_options(self.get_params(deep=False), rng),
         )
 
-    def _search_model(self, model, n_rows, learn_inducing=False):
-        """The model of a stage of the exact search that starts a fresh fit: a copy of
-        ``model`` (its current kernel and likelihood parameters) whose data term counts
-        ``n_rows`` rows, on the coupled basis, at all of ``model``'s inducing inputs (the
-        orthogonal set too, where the basis has one, stacked after the first), q(u) at
-        the prior, the inducing inputs learned or not. On the coupled basis the bound
-        with q(u) optimal is the collapsed bound under a Gaussian likelihood, whatever
-        basis the fit then trains. The orthogonal set counts: the hyperparameters of 10 +
-        10 SOLVE points are those of about 20 points, not 10 (measured: on 10 coupled
-        points a 2-D sine was best explained as noise)."""
-        n_outputs, n_covariances = self._latent_shape()
-        sets = [getattr(model.state, name) for name in model.basis.INDUCING_FIELDS]
-        inducing = np.concatenate([np.array(backend.to_numpy(z), dtype=np.float64) for z in sets if z is not None])
-        state = BASES[SEARCH_BASIS].init_state(inducing, n_outputs=n_outputs, n_covariances=n_covariances)
-        search = self._build_model(copy.deepcopy(model.kernel), state, n_rows, basis=SEARCH_BASIS,
-                                   learn_inducing=learn_inducing)
-        # The likelihood is built afresh: its learned parameters (the noise) come from model.
-        search.set_adam_params(hyperparameters(model))
-        search.layout = model.layout
-        search.jitter = model.jitter
-        return search
-
     def _missing_entries(self, y):
         """y with its missing entries filled for validation, and where they are (None: y
         has none, or the estimator takes none; the default)."""
@@ -204,7 +180,7 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         else:
             model = self._initial_model(rows.sample, rows.n_rows, rng, rows.of_sample(weights), rows.of_sample(Y))
         model.layout, Y = self._layout(Y, weights, self._known_noise(rows.n_rows))
-        result = run_fit(settings, model, rows, Y, rng, weights, search_model=None if warm else self._search_model,
+        result = run_fit(settings, model, rows, Y, rng, weights, fresh=not warm,
                          steps_before=self.n_steps_ if warm else 0)
         self._record_fit(result)
         self._keep_training_rows(rows, y)
@@ -233,7 +209,7 @@ class SparseGPBase(BoundMethods, BaseEstimator):
             model = self._fitted_model(n_total)
         model.layout, Y = self._layout(Y, weights, self._known_noise(rows.n_rows))
         result, stream = run_partial_fit(settings, model, rows, Y, rng, weights, stream=stream,
-                                         search_model=self._search_model if first else None,
+                                         fresh=first,
                                          steps_before=0 if first else self.n_steps_)
         self._record_fit(result, append=not first)
         self._keep_training_rows(None, None)  # a chunk of a stream is not the training set

@@ -1,6 +1,5 @@
 """SparseGPRegressor: the scikit-learn face of sparse variational GP regression."""
 
-import copy
 from dataclasses import dataclass
 from numbers import Integral, Real
 
@@ -18,13 +17,11 @@ from ..kernels import compile_kernel
 from ..likelihoods import (GaussianLikelihood, NoiseParameter, OutputGaussianLikelihood, OutputNoise,
                            PoissonLikelihood, StudentTLikelihood)
 from ..multioutput import MixedModel, MixedPredictor, MixedState, initial_mixing
-from ..optim.loop import hyperparameters
 from ._base import SparseGPBase
 from ..fit.jitter import starting_jitter
 from ._multioutput import check_observed_columns, latent_kernels, observed_moments, observed_r2, split_missing
 from ._docs import fill_docstring
 from ..fit.placement import is_dask_collection
-from ..fit.plan import SEARCH_BASIS
 from ._common import COMMON_CONSTRAINTS, KernelForm, default_kernel, outputs_follow_input
 from .._warnings import warn
 
@@ -37,8 +34,8 @@ NOISE_FLOOR, NOISE_CEILING = 1e-6, 1e3
 #: of latents that the other outputs pin down, and it is overconfident wherever that output
 #: is unseen; the search's bound is then also so sharp along those outputs that L-BFGS-B
 #: crawls and stops at ``max_iter`` where it happens to be. Measured with bench_multioutput's
-#: sets and settings over three to six random states (docs/benchmarks.md, "Several outputs",
-#: eighth run), hidden entries' RMSE / NLPD, floor 1e-4 (GPyTorch's for its task noises)
+#: sets and settings over three to six random states (docs/benchmarks.md, "The noise floor under
+#: n_latent"), hidden entries' RMSE / NLPD, floor 1e-4 (GPyTorch's for its task noises)
 #: against this one: economics 0.470 / 0.694 against 0.367 / -0.515 (six states; GPyTorch's
 #: LMC 0.415 / 0.415), weather 0.748 / 1.226 against 0.760 / 1.249 (three states; better at
 #: two, worse at one), airquality and txhousing unchanged.
@@ -421,9 +418,9 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         mixing = np.eye(n_outputs) if self.n_latent is None else self._mixing_start
         return MixedState(groups, mixing, mixing_learned=self.n_latent is not None, offset=np.zeros(n_outputs))
 
-    def _build_model(self, kernel, state, n_data, basis=None, learn_inducing=True):
+    def _build_model(self, kernel, state, n_data):
         if not isinstance(state, MixedState):
-            return super()._build_model(kernel, state, n_data, basis, learn_inducing)
+            return super()._build_model(kernel, state, n_data)
         # A fresh LMC's latents start at spread length scales; a rebuilt one (a list) as fitted.
         kernels = list(kernel) if isinstance(kernel, (list, tuple)) else latent_kernels(kernel, len(state.groups))
         if NoiseParameter(kernels[0], 1.0, None).from_kernel:
@@ -432,9 +429,9 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
                 "learns its own noise variance (noise_variance_): remove the WhiteKernel and set noise_variance "
                 "(and noise_variance_bounds) instead")
         likelihood, noise = self._make_likelihood(kernels[0])
-        learn_inducing = learn_inducing and self.learn_inducing and kernels[0].has_input_gradient
+        learn_inducing = self.learn_inducing and kernels[0].has_input_gradient
         return MixedModel(
-            BASES[basis or self.basis], kernels, likelihood, state, n_data, noise, learn_inducing=learn_inducing,
+            BASES[self.basis], kernels, likelihood, state, n_data, noise, learn_inducing=learn_inducing,
             jitter=starting_jitter(self.jitter, kernels[0], state.inducing, float(np.min(noise.value))),
             natural=self.variational_optimizer == "natural", learn_hyperparameters=self.optimizer is not None,
         )
@@ -459,23 +456,6 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         if self.n_latent is not None:
             # kernel_ reports the first latent's kernel, as fit sets it.
             self.kernel_.theta = self.latent_kernels_[0].theta
-
-    def _search_model(self, model, n_rows, learn_inducing=False):
-        if not isinstance(model, MixedModel):
-            return super()._search_model(model, n_rows, learn_inducing)
-        sets = [getattr(model.state, name) for name in model.basis.INDUCING_FIELDS]
-        inducing = np.concatenate([np.array(backend.to_numpy(z), dtype=np.float64) for z in sets if z is not None])
-        basis = BASES[SEARCH_BASIS]
-        groups = tuple(basis.init_state(inducing, n_outputs=w, n_covariances=w) for w in model.state.widths)
-        state = MixedState(groups, np.array(backend.to_numpy(model.state.mixing), dtype=np.float64),
-                           model.state.mixing_learned, np.array(backend.to_numpy(model.state.offset), dtype=np.float64))
-        kernels = [copy.deepcopy(k) for k in model.kernels] if self.n_latent is not None else (
-            [copy.deepcopy(model.kernels[0])] * len(groups))
-        search = self._build_model(kernels, state, n_rows, basis=SEARCH_BASIS, learn_inducing=learn_inducing)
-        search.set_adam_params(hyperparameters(model))
-        search.layout = model.layout
-        search.jitter = model.jitter
-        return search
 
     def _latent_shape(self):
         # Gaussian noise is shared by the outputs, so they share one covariance.

@@ -24,6 +24,10 @@ from .state import VariationalState
 
 #: Bases by the name used in ``basis=``.
 BASES = {basis.name: basis for basis in (coupled.BASIS, orth_decoupled.BASIS, solve.BASIS, inverse_free.BASIS)}
+#: The basis of the exact search that starts a fresh fit, whatever basis the fit trains:
+#: on it the bound with q(u) optimal is Titsias' collapsed bound under a Gaussian likelihood
+#: (see :meth:`skgp_sparse.elbo.VariationalModel.search_model`).
+SEARCH_BASIS = coupled.BASIS
 #: Names of the bases that use ``n_orthogonal`` (those that declare ``ORTHOGONAL_SET``).
 ORTHOGONAL_BASES = tuple(name for name, basis in BASES.items() if basis.ORTHOGONAL_SET)
 
@@ -51,6 +55,6 @@ def as_basis(basis):
 
 
 __all__ = [
-    "BASES", "ORTHOGONAL_BASES", "Basis", "VariationalState", "as_basis", "coupled", "orth_decoupled", "solve",
+    "BASES", "ORTHOGONAL_BASES", "SEARCH_BASIS", "Basis", "VariationalState", "as_basis", "coupled", "orth_decoupled", "solve",
     "inverse_free",
 ]

@@ -70,6 +70,11 @@ class Basis(ABC):
     #: Whether the basis has a second inducing set, of ``n_orthogonal`` points (its state
     #: then has ``orthogonal``). Without one, ``init_state`` refuses ``n_orthogonal > 0``.
     ORTHOGONAL_SET = False
+    #: Whether q is one Gaussian N(q_mean, q_sqrt q_sqrt^T) over the whitened values
+    #: v = L^-1 u of one inducing set (with ``precision``, the inverse of its covariance),
+    #: so that the several-output closed forms (the joint optimal q, the LMC's collapsed
+    #: bound) can set and bound it directly.
+    WHITENED_Q = False
 
     # --- what every basis computes ----------------------------------------------------
     @abstractmethod
@@ -152,6 +157,12 @@ class Basis(ABC):
         covariance (C, n, n))."""
 
     # --- what a basis may add (defaults) ----------------------------------------------
+    def latent_shape(self, state):
+        """(P, C) of a state: its latent functions and its covariances (1, shared by the
+        latents, or P), the ``n_outputs`` and ``n_covariances`` it was made with. The default
+        reads ``q_mean`` (M, P) and ``q_sqrt`` (C, M, M)."""
+        return state.q_mean.shape[1], state.q_sqrt.shape[0]
+
     def init_options(self, params, rng):
         """The keyword options of :meth:`init_state` for a fit (default: none).
 
@@ -219,7 +230,7 @@ class Basis(ABC):
             value = getattr(self, attribute)
             if not isinstance(value, tuple) or not all(isinstance(f, str) for f in value):
                 raise TypeError(f"{type(self).__name__}.{attribute} must be a tuple of field names; got {value!r}")
-        for attribute in ("EXACT_NATURAL_STEP", "CONJUGATE_NATURAL_STEP", "ORTHOGONAL_SET"):
+        for attribute in ("EXACT_NATURAL_STEP", "CONJUGATE_NATURAL_STEP", "ORTHOGONAL_SET", "WHITENED_Q"):
             if not isinstance(getattr(self, attribute), bool):
                 raise TypeError(f"{type(self).__name__}.{attribute} must be a bool")
         for method in _CALLED_METHODS:
@@ -237,13 +248,13 @@ class Basis(ABC):
 #: The members a subclass may take from its module's namespace (``members=``).
 _MODULE_MEMBERS = (
     "INDUCING_FIELDS", "ADAM_FIELDS", "VARIATIONAL_FIELDS", "EXACT_NATURAL_STEP", "CONJUGATE_NATURAL_STEP",
-    "ORTHOGONAL_SET", "init_state", "init_options", "marginals", "kl_divergence", "backward", "natural_step",
+    "ORTHOGONAL_SET", "WHITENED_Q", "init_state", "init_options", "latent_shape", "marginals", "kl_divergence", "backward", "natural_step",
     "make_predictor", "diagnostics", "adam_field_scales", "collapsed_bound",
 )
 #: The methods the package calls, with the arguments it passes positionally.
 _CALLED_METHODS = (
     "init_state", "marginals", "kl_divergence", "backward", "natural_step", "make_predictor", "init_options",
-    "diagnostics", "adam_field_scales", "collapsed_bound",
+    "latent_shape", "diagnostics", "adam_field_scales", "collapsed_bound",
 )
 
 

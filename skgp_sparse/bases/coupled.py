@@ -82,6 +82,8 @@ VARIATIONAL_FIELDS = ("q_mean", "q_sqrt")
 EXACT_NATURAL_STEP = True
 #: ... and on each Gaussian block's optimum given the others (one block here).
 CONJUGATE_NATURAL_STEP = True
+#: q(v) is one whitened Gaussian: the several-output closed forms set and bound it.
+WHITENED_Q = True
 
 
 def condition_bound(low, inv_low, xp):

