@@ -1,12 +1,11 @@
-"""The binary classifier's exact search by two routes, side by side in one process per set
-(issue 35, session 17).
+"""The binary classifier's exact search by two routes, side by side in one process per set.
 
 * ``damped``: the search of :mod:`skgp_sparse.optim.fullbatch`, q(u) moved to its optimum
-  by up to three damped natural steps at every L-BFGS-B evaluation (the route before
-  session 17);
+  by up to three damped natural steps at every L-BFGS-B evaluation (the route of the
+  other likelihoods and of one-batch fits);
 * ``pseudo``: the rounds of :mod:`skgp_sparse.optim.pseudo`, the hyperparameters searched
   on the collapsed bound of Gaussian pseudo-observations refreshed between rounds (the
-  default since session 17);
+  default of a binary minibatch fit, since commit 2ca9950);
 * ``ROUTE:NAME=VALUE,...``: a route with constants set, for the measurements behind
   their values: of ``skgp_sparse.optim.pseudo`` by their names (``ROUND_MAX_ITER``,
   ``ROUND_Q_STEPS``, ``STOP_RISE``), of ``skgp_sparse.fit.plan`` as ``plan.NAME``
@@ -83,7 +82,7 @@ def main():
     parser.add_argument("--variants", nargs="+", default=["damped", "pseudo"])
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--split-seed", type=int, default=0)
-    parser.add_argument("--out", default="benchmarks/results/binary_search_routes.jsonl")
+    parser.add_argument("--out", default="benchmarks/results/binary_search_routes_rounds4.jsonl")
     args = parser.parse_args()
     for variant in args.variants:
         settings_of(variant)

@@ -22,17 +22,17 @@ fresh process, one thread, its wall time split into the exact search
 * ``probit``, ``logit``: the estimator's ``likelihood`` set to that link (two classes take
   ``"auto"``'s link otherwise);
 * ``no_bias``: the default kernel without its learned constant,
-  ``ConstantKernel(1.0) * RBF(np.ones(d))`` (the default of two classes before session 23);
+  ``ConstantKernel(1.0) * RBF(np.ones(d))`` (the default of two classes before commit 5faaec2);
   ``bias``: ``ConstantKernel(1.0) * RBF(np.ones(d)) + ConstantKernel(1.0)``, which is the
   default of two classes, for any number of classes;
-* ``ls_sqrt_d``, ``ls_sqrt_half_d``: the default kernel's form before session 23 (no
+* ``ls_sqrt_d``, ``ls_sqrt_half_d``: the default kernel's form before commit 5faaec2 (no
   constant), its length scales started at sqrt(d) or sqrt(d / 2) times each (standardised)
   feature's spread of 1 instead of 1, so that two rows at a typical distance start at a
-  kernel value near exp(-1) or exp(-2) on wide data; ``bias_ls_sqrt_d``: the session-23
-  default of two classes (with the constant), its length scales started at sqrt(d);
+  kernel value near exp(-1) or exp(-2) on wide data; ``bias_ls_sqrt_d``: the default of two
+  classes with the constant and per-feature length scales, started at sqrt(d);
 * ``isotropic``: the default kernel of two classes with one length scale shared by every
   (standardised) feature, ``ConstantKernel(1.0) * RBF(1.0) + ConstantKernel(1.0)``, the
-  default of two classes from 20 features on (session 24); ``isotropic_no_bias``: the same
+  default of two classes from 20 features on (since commit b45489a); ``isotropic_no_bias``: the same
   without the constant, the form of many classes;
 * ``linear``: a Bayesian linear model on the features, ``ConstantKernel(1.0) *
   DotProduct(1.0) + ConstantKernel(1.0)`` (the offset fixed), the right family for twonorm,

@@ -150,7 +150,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--class-covariance", default=None,
                         help="the classifier's class_covariance (default: its own default; a checkout "
-                             "before issue 35's session 17 has no such parameter)")
+                             "before commit 5e329eb has no such parameter)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "classifier_steps.json")
     args = parser.parse_args()
 
