@@ -3,7 +3,7 @@
 
 Each fit is ``SparseGPClassifier(n_inducing=256, batch_size=1024, random_state=0)`` in a
 fresh process, one thread, its wall time split into the exact search
-(``fit.training.search_hyperparameters`` as the pipeline calls it) and the minibatch stream
+(``fit.search.search_hyperparameters`` as the pipeline calls it) and the minibatch stream
 (``optim.train``). A variant sets module constants of this checkout before the fit:
 
 * ``base``: as they are;

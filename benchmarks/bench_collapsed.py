@@ -26,7 +26,7 @@ sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _data import load_regression  # noqa: E402
 
 from skgp_sparse import SparseGPRegressor  # noqa: E402
-from skgp_sparse.fit import training  # noqa: E402
+from skgp_sparse.fit import search  # noqa: E402
 from skgp_sparse.optim.fullbatch import land_on_optimal_q  # noqa: E402
 
 
@@ -40,14 +40,14 @@ class Captured(Exception):
 
 def search_model(X, y, seed):
     """The model, rows and targets of the default search's second stage."""
-    original = training.optimise_collapsed
+    original = search.optimise_collapsed
 
     def capture(model, Xs, Ys, *args, **kwargs):
         if kwargs.get("scales") is not None:
             raise Captured(model, Xs, Ys)
         return original(model, Xs, Ys, *args, **kwargs)
 
-    training.optimise_collapsed = capture
+    search.optimise_collapsed = capture
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -55,7 +55,7 @@ def search_model(X, y, seed):
     except Captured as found:
         return found.model, found.X, found.Y
     finally:
-        training.optimise_collapsed = original
+        search.optimise_collapsed = original
     raise RuntimeError("the fit ran no second search stage")
 
 

@@ -6,7 +6,7 @@ moved back to the host. This script fits the default regressor of each basis (it
 covariance set of ``--n-inducing`` points, as many orthogonal points where the basis has
 them) for ``--epochs`` epochs and splits the fit's wall time into:
 
-* ``search``: the exact search that starts the fit (``fit.training.search_hyperparameters``);
+* ``search``: the exact search that starts the fit (``fit.search.search_hyperparameters``);
 * ``stream``: the training loop over the minibatches (``optim.train``), per-epoch checks
   included;
 * ``steps``: the fit's number of steps (``n_steps_``) times the median time of one step of

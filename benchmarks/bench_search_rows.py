@@ -8,7 +8,7 @@ search existed); with ``--without-inducing-stage``, once more at the default row
 search's second stage skipped (the inducing inputs left at their k-means start, as before
 that stage existed); with ``--inducing-iterations``, at the default rows with the second
 stage run for at most each of those iterations (both ends of
-``skgp_sparse.fit.training.inducing_search_iterations``, whose default depends on the training rows).
+``skgp_sparse.fit.search.inducing_search_iterations``, whose default depends on the training rows).
 ``--seeds`` repeats every fit with each ``random_state`` (the test rows stay those of
 split 0); ``--n-train`` keeps the first rows of the training split. Reported per fit:
 seconds of the search and of the whole fit, epochs, ``converged_``, test RMSE and NLPD.
@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _data import gaussian_nlpd, load_regression, rmse  # noqa: E402
 
 from skgp_sparse import SparseGPRegressor  # noqa: E402
-from skgp_sparse.fit import pipeline, plan, training  # noqa: E402
+from skgp_sparse.fit import pipeline, plan, search  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "search_rows.json")
 
@@ -61,11 +61,11 @@ def fit_once(X, y, Xt, yt, rows, seed, inducing_stage=True, inducing_iterations=
     the second stage's default cap."""
     timings = {"search": 0.0}
     original_search, original_starts = pipeline.search_hyperparameters, plan.starts_with_search
-    original_optimise, original_rows = training.optimise_collapsed, plan.SEARCH_ROWS
-    original_iterations = training.SEARCH_INDUCING_MIN_ITER, training.SEARCH_INDUCING_MAX_ITER
+    original_optimise, original_rows = search.optimise_collapsed, plan.SEARCH_ROWS
+    original_iterations = search.SEARCH_INDUCING_MIN_ITER, search.SEARCH_INDUCING_MAX_ITER
     if inducing_iterations is not None:
-        training.SEARCH_INDUCING_MIN_ITER = training.SEARCH_INDUCING_MAX_ITER = inducing_iterations
-    iterations = training.inducing_search_iterations(X.shape[0])
+        search.SEARCH_INDUCING_MIN_ITER = search.SEARCH_INDUCING_MAX_ITER = inducing_iterations
+    iterations = search.inducing_search_iterations(X.shape[0])
 
     def timed_search(*args, **kwargs):
         start = time.perf_counter()
@@ -80,7 +80,7 @@ def fit_once(X, y, Xt, yt, rows, seed, inducing_stage=True, inducing_iterations=
         # The search's rows, and the second stage's iterations that scale with them.
         plan.SEARCH_ROWS = rows
     if not inducing_stage:
-        training.optimise_collapsed = skip_inducing_stage(original_optimise)
+        search.optimise_collapsed = skip_inducing_stage(original_optimise)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -89,9 +89,9 @@ def fit_once(X, y, Xt, yt, rows, seed, inducing_stage=True, inducing_iterations=
             seconds = time.perf_counter() - start
     finally:
         pipeline.search_hyperparameters, plan.starts_with_search = original_search, original_starts
-        training.optimise_collapsed = original_optimise
+        search.optimise_collapsed = original_optimise
         plan.SEARCH_ROWS = original_rows
-        training.SEARCH_INDUCING_MIN_ITER, training.SEARCH_INDUCING_MAX_ITER = original_iterations
+        search.SEARCH_INDUCING_MIN_ITER, search.SEARCH_INDUCING_MAX_ITER = original_iterations
     mean, std = reg.predict(Xt, return_std=True)
     return dict(rows=rows, inducing_stage=inducing_stage, inducing_iterations=iterations, seed=seed,
                 seconds=seconds, search_seconds=timings["search"], epochs=int(reg.n_iter_),

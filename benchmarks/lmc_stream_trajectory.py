@@ -11,7 +11,7 @@ give. The seconds exclude that scoring. Also prints the time of the fit's phases
 
 ``--epochs`` lifts the LMC's stream cap (``training.LMC_STREAM_STEPS``) and runs at most
 that many epochs; ``--search-rows`` and ``--inducing-iter`` replace the LMC's search rows
-and second-stage iterations (``plan.LMC_SEARCH_ROWS``, ``training.LMC_INDUCING_SEARCH_ITER``).
+and second-stage iterations (``plan.LMC_SEARCH_ROWS``, ``search.LMC_INDUCING_SEARCH_ITER``).
 """
 
 import argparse
@@ -25,7 +25,7 @@ from threadpoolctl import threadpool_limits
 from _multioutput_data import MULTIOUTPUT_SETS, load_multioutput, training_targets
 
 from skgp_sparse import SparseGPRegressor
-from skgp_sparse.fit import pipeline, plan as fit_plan, training
+from skgp_sparse.fit import pipeline, plan as fit_plan, search, training
 
 
 def _scores(Y, hidden, names, mean, var):
@@ -54,7 +54,7 @@ def main():
     if args.search_rows is not None:
         fit_plan.LMC_SEARCH_ROWS = args.search_rows
     if args.inducing_iter is not None:
-        training.LMC_INDUCING_SEARCH_ITER = args.inducing_iter
+        search.LMC_INDUCING_SEARCH_ITER = args.inducing_iter
 
     X, Y, hidden, info = load_multioutput(args.set, return_info=True)
     Y_train = training_targets(Y, hidden)
@@ -68,7 +68,7 @@ def main():
             return result
         return wrapper
 
-    training.optimise_collapsed = timed(training.optimise_collapsed, "search stages")
+    search.optimise_collapsed = timed(search.optimise_collapsed, "search stages")
     pipeline.search_hyperparameters = timed(pipeline.search_hyperparameters, "search")
     training.settle_and_bound = timed(training.settle_and_bound, "final")
     train = training.train

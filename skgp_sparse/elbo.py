@@ -402,7 +402,7 @@ class VariationalModel:
     def search_noise_floor(self):
         """The noise variance at whose jitter a one-batch fit's search starts, or None: the
         jitter then follows the noise the search finds (see
-        :func:`skgp_sparse.fit.training.run_collapsed`; several mixed outputs answer a floor)."""
+        :func:`skgp_sparse.fit.search.run_collapsed`; several mixed outputs answer a floor)."""
         return None
 
     def q_optimal_in_closed_form(self):

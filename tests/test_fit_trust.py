@@ -545,21 +545,21 @@ def test_full_batch_elbo_is_the_recorded_bound(basis, n_orthogonal, normalize_y)
 
 
 def test_the_searchs_second_stage_runs_thirty_passes_of_rows_within_100_and_300_iterations(monkeypatch):
-    from skgp_sparse.fit import training
+    from skgp_sparse.fit import search
 
     # 30 passes' worth of 2,048-row evaluations, floored and capped (see SEARCH_PASSES).
     expected = {2049: 100, 6412: 100, 6827: 101, 10_000: 147, 17_583: 258, 20_480: 300, 10**6: 300}
-    assert {n: training.inducing_search_iterations(n) for n in expected} == expected
+    assert {n: search.inducing_search_iterations(n) for n in expected} == expected
     # ...and the fit hands that cap to the second stage (the one call with the inducing scales).
     caps = []
-    original = training.optimise_collapsed
+    original = search.optimise_collapsed
 
     def recording(*args, **kwargs):
         if kwargs.get("scales") is not None:
             caps.append(kwargs["max_iter"])
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(training, "optimise_collapsed", recording)
+    monkeypatch.setattr(search, "optimise_collapsed", recording)
     # The search's rows (the plan's) and the rows the second stage's cap counts in.
     monkeypatch.setattr(plan, "SEARCH_ROWS", 256)
     rng = np.random.default_rng(0)

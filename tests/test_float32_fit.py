@@ -104,7 +104,7 @@ def test_a_nearly_singular_kernel_matrix_is_factorised_with_the_float32_jitter_f
 def test_auto_jitter_of_float32_starts_at_the_floor(monkeypatch):
     # With little noise, jitter="auto" asks for less than float32 factorisations use: the
     # full-batch search must not be run again for a jitter it cannot have.
-    from skgp_sparse.fit import jitter, training
+    from skgp_sparse.fit import jitter, search
     from skgp_sparse.kernels import compile_kernel
     from sklearn.gaussian_process.kernels import RBF
 
@@ -114,8 +114,8 @@ def test_auto_jitter_of_float32_starts_at_the_floor(monkeypatch):
     assert jitter.auto_jitter(kernel, Z.astype(np.float32), 1e-6) == FLOAT32_MIN_JITTER
 
     searches = []
-    original = training.optimise_collapsed
-    monkeypatch.setattr(training, "optimise_collapsed", lambda *a, **k: searches.append(1) or original(*a, **k))
+    original = search.optimise_collapsed
+    monkeypatch.setattr(search, "optimise_collapsed", lambda *a, **k: searches.append(1) or original(*a, **k))
     rng = np.random.default_rng(0)
     X = rng.uniform(-3, 3, size=(120, 1))
     y = np.sin(X[:, 0]) + 0.02 * rng.standard_normal(120)

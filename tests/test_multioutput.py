@@ -703,7 +703,7 @@ def test_one_batch_lmc_search_starts_at_the_jitter_of_its_noise_floor(monkeypatc
     """A one-batch LMC fit searches once, at the jitter of its noise floor from the start
     (the noises end at the floor, which would otherwise rerun the search with a smaller
     jitter); independent outputs with masking keep the jitter that follows the noise."""
-    from skgp_sparse.fit import training
+    from skgp_sparse.fit import search
     from skgp_sparse.fit.jitter import auto_jitter
 
     rng = np.random.default_rng(0)
@@ -712,14 +712,14 @@ def test_one_batch_lmc_search_starts_at_the_jitter_of_its_noise_floor(monkeypatc
     Y = np.column_stack([g, 2.0 * g])
     Y[:5, 0] = np.nan
     searches = []
-    original = training.optimise_collapsed
+    original = search.optimise_collapsed
 
     def recording(model, *args, **kwargs):
         searches.append((model.jitter, getattr(model, "search_noise_floor", lambda: None)(),
                          auto_jitter(model.kernel, model.state.inducing, 1e-3)))
         return original(model, *args, **kwargs)
 
-    monkeypatch.setattr(training, "optimise_collapsed", recording)
+    monkeypatch.setattr(search, "optimise_collapsed", recording)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lmc = SparseGPRegressor(n_latent=1, missing_targets="mask", n_inducing=10, random_state=0).fit(X, Y)
@@ -743,26 +743,26 @@ def test_lmc_stream_searches_fewer_rows_and_iterations_and_stops_at_its_step_cap
     max_iter; so does a warm start of the LMC (no search)."""
     from sklearn.exceptions import ConvergenceWarning
 
-    from skgp_sparse.fit import plan as fit_plan, training
+    from skgp_sparse.fit import plan as fit_plan, search, training
 
     monkeypatch.setattr(fit_plan, "SEARCH_ROWS", 60)
     monkeypatch.setattr(fit_plan, "LMC_SEARCH_ROWS", 30)
-    monkeypatch.setattr(training, "LMC_INDUCING_SEARCH_ITER", 7)
+    monkeypatch.setattr(search, "LMC_INDUCING_SEARCH_ITER", 7)
     monkeypatch.setattr(training, "LMC_STREAM_STEPS", 5)  # 2 epochs of 4 steps
     searches = []
-    original = training.optimise_collapsed
+    original = search.optimise_collapsed
 
     def recording(model, X, Y, *args, **kwargs):
         searches.append((X.shape[0], kwargs["max_iter"]))
         return original(model, X, Y, *args, **kwargs)
 
-    monkeypatch.setattr(training, "optimise_collapsed", recording)
+    monkeypatch.setattr(search, "optimise_collapsed", recording)
     X, Y = _data(n=100, n_outputs=3, missing=0.1)
     params = dict(missing_targets="mask", n_inducing=8, batch_size=25, max_iter=6, tol=0.0, random_state=0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         lmc = SparseGPRegressor(n_latent=2, **params).fit(X, Y)
-    assert searches == [(30, training.SEARCH_FIRST_STAGE_MAX_ITER), (30, 7)]
+    assert searches == [(30, search.SEARCH_FIRST_STAGE_MAX_ITER), (30, 7)]
     assert lmc.n_iter_ == 2
     assert not any(issubclass(w.category, ConvergenceWarning) and "max_iter" in str(w.message) for w in caught)
     searches.clear()
@@ -775,6 +775,6 @@ def test_lmc_stream_searches_fewer_rows_and_iterations_and_stops_at_its_step_cap
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fitted = SparseGPRegressor(**{**params, **other}).fit(X, y)
-        assert searches == [(60, training.SEARCH_FIRST_STAGE_MAX_ITER),
-                            (60, training.inducing_search_iterations(100))]
+        assert searches == [(60, search.SEARCH_FIRST_STAGE_MAX_ITER),
+                            (60, search.inducing_search_iterations(100))]
         assert fitted.n_iter_ == 6

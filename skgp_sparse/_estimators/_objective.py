@@ -11,7 +11,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .. import backend
-from ..fit.training import evaluate_bound_at
+from ..fit.search import evaluate_bound_at
 
 
 class BoundMethods:

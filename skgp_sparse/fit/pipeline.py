@@ -5,9 +5,10 @@ job: :mod:`skgp_sparse._estimators._base`), then hand over to :func:`run_fit` or
 :func:`run_partial_fit`:
 
 1. the plan of the call, decided once (:mod:`.plan`);
-2. the exact search of the hyperparameters on a subset of the rows (a fresh fit);
+2. the exact search of the hyperparameters on a subset of the rows (a fresh fit,
+   :mod:`.search`);
 3. the model and the targets moved to where the rows are (a device, float32);
-4. training: a full-batch search of the collapsed bound, or the minibatch stream
+4. training: a full-batch search of the collapsed bound (:mod:`.search`), or the minibatch stream
    followed by q(u) settled at the final hyperparameters and the bound on every row
    (:mod:`.training`); or, for ``partial_fit``, one pass of minibatch steps;
 5. the model back on the host as float64 (here, and nowhere else), and warnings about
@@ -23,8 +24,8 @@ import numpy as np
 from .placement import state_to, state_to_host
 from .plan import plan_fit, plan_pass
 from .report import report_fit, warn_q_short_of_optimum
-from .training import (StreamState, keep_the_better, make_optimisers, run_partial_pass, run_training,
-                       search_hyperparameters, warn_interrupted)
+from .search import keep_the_better, search_hyperparameters
+from .training import StreamState, make_optimisers, run_partial_pass, run_training, warn_interrupted
 
 
 @dataclass
@@ -67,7 +68,7 @@ def _to_rows_device(model, Y, plan, rows):
 
 def run_fit(settings, model, rows, Y, rng, weights=None, fresh=True, steps_before=0):
     """Train ``model`` on ``rows`` with ``settings``, from an exact search when the fit is
-    ``fresh`` (see :func:`.training.search_hyperparameters`).
+    ``fresh`` (see :func:`.search.search_hyperparameters`).
 
     Parameters
     ----------

