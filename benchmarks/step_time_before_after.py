@@ -1,5 +1,6 @@
-"""One training step (evaluate + natural step) of the regressor and of the classifier (2 and
-10 classes), M = 256, batch 1,024, one thread, median of 20 steps, for the checkout at a path.
+"""One training step (evaluate + natural step) of the regressor, of the classifier (2 and 10
+classes) and of an LMC (3 outputs, 2 latents), M = 256, batch 1,024, one thread, median of 20
+steps, for the checkout at a path.
 
 Run it alternately on two checkouts to compare a change's step time:
 
@@ -9,7 +10,7 @@ Run it alternately on two checkouts to compare a change's step time:
     done
 
 Optional arguments after the checkout: the number of inducing inputs (default 256) and
-the cases to run, comma-separated (default all: regressor,classifier 2,classifier 10),
+the cases to run, comma-separated (default all: regressor,classifier 2,classifier 10,lmc),
 e.g. ``python benchmarks/step_time_before_after.py $c 1024 regressor``.
 """
 import sys, time, warnings, json
@@ -29,6 +30,8 @@ cases = {
     "regressor": (SparseGPRegressor(n_inducing=M, batch_size=B, max_iter=1, random_state=0), np.sin(X[:, 0]) + 0.1 * rng.normal(size=n)),
     "classifier 2": (SparseGPClassifier(n_inducing=M, max_iter=1, random_state=0), (X[:, 0] > 0).astype(int)),
     "classifier 10": (SparseGPClassifier(n_inducing=M, max_iter=1, random_state=0), np.digitize(X[:, 0], np.quantile(X[:, 0], np.linspace(0.1, 0.9, 9)))),
+    "lmc": (SparseGPRegressor(n_inducing=M, batch_size=B, max_iter=1, n_latent=2, random_state=0),
+            np.column_stack([np.sin(X[:, 0]), np.cos(X[:, 1]), np.sin(X[:, 0]) - X[:, 2]]) + 0.1 * rng.normal(size=(n, 3))),
 }
 cases = {name: case for name, case in cases.items() if chosen is None or name in chosen}
 with threadpool_limits(1):

@@ -405,13 +405,6 @@ class VariationalModel:
         :func:`skgp_sparse.fit.search.run_collapsed`; several mixed outputs answer a floor)."""
         return None
 
-    def q_optimal_in_closed_form(self):
-        """Whether the bound with q at its optimum on a full batch is reached in one move
-        (a natural step of size one, :meth:`natural_step_is_exact`, or the collapsed bound,
-        :meth:`collapses`): full-batch fits and the exact search then maximise it over the
-        hyperparameters directly."""
-        return self.natural_step_is_exact() or self.collapses()
-
     def collapses(self):
         """Whether :meth:`collapsed_evaluate` answers: the bound with q(u) optimal exists in
         closed form (:meth:`natural_step_is_exact`), the basis writes it in one pass

@@ -65,7 +65,7 @@ def stratified_kmeans_centres(X, labels, n_inducing, rng):
 
     With one latent function per class every class needs inducing inputs where its own rows
     lie; k-means over all rows places them by the density of X alone and can leave a small
-    or compact class with few (measured on KEEL letter, 26 classes, docs/benchmarks.md).
+    or compact class with few (docs/constants.md).
     Falls back to :func:`kmeans_centres` of all rows when there are more classes than
     points or only one class.
 

@@ -25,16 +25,20 @@ def settings(batch_size="auto"):
 
 
 def model(closed_form=True, exact=True, conjugate=True, natural=True, joint=False, learns=True, basis=SEARCH_BASIS):
-    """What the plan reads of a model: its capabilities, as plain answers."""
-    return types.SimpleNamespace(
+    """What the plan reads of a model: its capabilities, as plain answers (``closed_form``:
+    the bound with q optimal in one pass); its search's model is itself."""
+    fake = types.SimpleNamespace(
         basis=basis,
-        q_optimal_in_closed_form=lambda: closed_form,
+        collapses=lambda: closed_form,
         natural_step_is_exact=lambda jointly=True: exact,
+        takes_pseudo_observations=lambda: False,
         solves_q_in_closed_form=lambda: joint,
         learns_mixing=lambda: False,
-        natural=natural, learn_hyperparameters=learns,
+        natural=natural, learn_hyperparameters=learns, n_data=0,
         likelihood=types.SimpleNamespace(conjugate=conjugate),
     )
+    fake.search_model = lambda n_rows: fake
+    return fake
 
 
 def rows(n, d=2):

@@ -157,13 +157,15 @@ def test_inducing_inputs_move_slower_in_a_stream_from_the_searchs_q(monkeypatch)
     from skgp_sparse.elbo import VariationalModel
     from skgp_sparse.kernels import compile_kernel
     from skgp_sparse.likelihoods import BernoulliLikelihood
+    from skgp_sparse.optim.qsolver import QSolver
 
     model = VariationalModel(coupled, compile_kernel(RBF([0.5, 2.0])), BernoulliLikelihood("probit"),
                              coupled.init_state(np.zeros((4, 2)), n_outputs=1, n_covariances=1), 100)
     settings = SimpleNamespace(natural_step_size=1.0, learning_rate=0.01, optimizer=None)
     plain, slower = (make_optimisers(settings, model, SimpleNamespace(one_batch=False, x_scale=np.ones(2),
                                                                       search=search, hand_over=False,
-                                                                      on_search_basis=True), 0)[1]
+                                                                      on_search_basis=True,
+                                                                      search_q_solver=QSolver.PSEUDO), 0)[1]
                      for search in (False, True))
     np.testing.assert_allclose(plain.step_scales["inducing"], [0.5, 1.0])
     np.testing.assert_allclose(slower.step_scales["inducing"], [0.15, 0.3])

@@ -9,10 +9,11 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 from skgp_sparse import SparseGPClassifier
 from skgp_sparse.bases import coupled
 from skgp_sparse.elbo import TargetLayout, VariationalModel
-from skgp_sparse.fit import training
+from skgp_sparse.fit import search
 from skgp_sparse.likelihoods import BernoulliLikelihood
 from skgp_sparse.optim import pseudo
 from skgp_sparse.optim.fullbatch import optimal_q, optimise_collapsed
+from skgp_sparse.optim.qsolver import QSolver
 
 from ._gradcheck import assert_gradients_match
 from ._reference_kernel import ReferenceRBF
@@ -150,8 +151,8 @@ def test_the_rounds_end_where_the_damped_search_does(link):
     for route in ("damped", "pseudo"):
         model, X, Y = bernoulli_problem(link, n=120, m=10, seed=4, random_q=False, noise=1.0)
         if route == "damped":
-            optimise_collapsed(model, X, Y, "fmin_l_bfgs_b", 0, np.random.default_rng(0), trust_region=True,
-                               tol=1e-9)
+            optimise_collapsed(model, X, Y, "fmin_l_bfgs_b", 0, np.random.default_rng(0), QSolver.DAMPED,
+                               trust_region=True, tol=1e-9)
         else:
             pseudo.optimise_pseudo(model, X, Y, 0, np.random.default_rng(0), tol=1e-9)
         bound = settle(model, X, Y)
@@ -216,13 +217,13 @@ def fit_routes(monkeypatch, **params):
     """The search routes a default-like binary fit takes (one entry per fresh search)."""
     routes = []
     for name in ("optimise_pseudo", "optimise_collapsed"):
-        original = getattr(training, name)
+        original = getattr(search, name)
 
         def spy(*args, _name=name, _original=original, **kwargs):
             routes.append(_name)
             return _original(*args, **kwargs)
 
-        monkeypatch.setattr(training, name, spy)
+        monkeypatch.setattr(search, name, spy)
     rng = np.random.default_rng(0)
     X = rng.standard_normal((300, 2))
     y = (X[:, 0] * X[:, 1] > 0).astype(int)

@@ -301,9 +301,8 @@ def consistent_covariance(cov):
     noise, long length scales) the two nearly cancel and rounding leaves a diagonal entry
     below zero, and the product is symmetric only to rounding. Every predictor's variance
     path (``predict(return_std=True)``) clips at zero; so must the covariance's diagonal, or
-    the two disagree and the square roots of a ``return_cov`` diagonal are NaN (measured:
-    constant targets, six rows at the inducing inputs, noise 1e-10: a diagonal of -1.9e-6
-    where ``return_std`` gave 1e-5)."""
+    the two disagree and the square roots of a ``return_cov`` diagonal are NaN
+    (docs/constants.md)."""
     cov = 0.5 * (cov + np.swapaxes(cov, -1, -2))
     diagonal = np.einsum("...ii->...i", cov)  # a writable view of every diagonal
     np.clip(diagonal, 0.0, None, out=diagonal)

@@ -18,7 +18,7 @@ SHARED_DOCS = {
         None computes it exactly (O(n_orthogonal^2) kernel entries a step), an int c
         estimates it without bias from c sampled columns (Salimbeni et al. 2018), "auto"
         is exact up to 256 points and samples max(64, n_orthogonal / 16) columns above
-        (measured in docs/bases/orth_decoupled.md). The columns are drawn from
+        (see docs/bases/orth_decoupled.md). The columns are drawn from
         ``random_state``. Other bases ignore it.""",
     "max_iter": """max_iter : int, default=100
         Maximum number of epochs (passes over the data) of a minibatch fit, and of
@@ -49,8 +49,9 @@ SHARED_DOCS = {
         The optimiser of the exact search of the hyperparameters that starts every fresh
         fit (the bound with q(u) optimal for each hyperparameter, on at most 2,048 random
         rows; not the minibatch fit of more than two classes, whose stream starts from
-        the kernel as given, since the search did not pay there) and, under a Gaussian likelihood with one batch, of the search of the
-        collapsed bound over all rows. It has the meaning it has in
+        the kernel as given, since the search did not pay there) and, under a Gaussian
+        likelihood with one batch, of the search of the collapsed bound over all rows. It
+        has the meaning it has in
         GaussianProcessRegressor: a callable is called as ``optimizer(obj_func,
         initial_theta, bounds)`` and returns ``(theta_opt, func_min)``, where
         ``obj_func(theta, eval_gradient=True)`` gives the negative bound and its gradient

@@ -77,10 +77,8 @@ def observed_r2(y_true, y_pred, sample_weight=None):
 
 
 #: The latents' starting length scales span this many decades around the kernel's, evenly
-#: in log scale (latent 0 the shortest). Latents that start alike tend to fit alike: on
-#: four synthetic mixtures (1-D and 2-D, two and three latents, a block of one output
-#: hidden) the hidden block's RMSE was 0.117, 0.049, 0.030 and 0.028 with every latent at
-#: the kernel's start, 0.036, 0.027, 0.009 and 0.016 with the starts a decade apart.
+#: in log scale (latent 0 the shortest). Latents that start alike tend to fit alike
+#: (docs/constants.md).
 LENGTH_SCALE_SPREAD_DECADES = 1.0
 
 

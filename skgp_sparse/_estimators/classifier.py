@@ -19,18 +19,10 @@ MULTICLASS_LIKELIHOODS = ("robustmax", "softmax")
 #: How the K latent functions of a multi-class likelihood hold q(u)'s covariance.
 CLASS_COVARIANCES = ("shared", "per_class")
 #: From this many features on, the default kernel of two classes learns one length scale
-#: shared by every feature's spread (``FeatureScaledRBF``) rather than one per feature.
-#: Measured on 19 binary sets, four or five splits each (docs/benchmarks.md, "One length
-#: scale on wide binary data"): on the six of 20 to 60 features the shared scale lowered
-#: the mean test log-loss of all six (ionosphere 0.282 to 0.190, sonar 0.438 to 0.337;
-#: accuracy equal or higher but on sonar, 2 of 105 rows fewer) and shortened the fits
-#: (spambase 6.4 to 4.8 s); bands (19 features) 0.598 to 0.580, one point less accurate.
-#: On narrower sets it lost where a length scale per feature finds the features that
-#: matter: monk-2 4.0 points of accuracy, mammographic 3.6, magic 0.7. Many classes keep a
-#: length scale per feature: on four multi-class sets of 36 to 90 features the shared one
-#: raised the test log-loss of all four (optdigits 0.046 to 0.067). The cost is on data
-#: where a few of many features carry the label: on a 25-feature toy set with two such, the
-#: shared scale reached 87.4% where per-feature scales started at 5 spreads reached 99.5%.
+#: shared by every feature's spread (``FeatureScaledRBF``) rather than one per feature:
+#: on wide data a lower log-loss in less time; on narrower data, and where a few of many
+#: features carry the label, per-feature scales find the features that matter. Many
+#: classes keep a length scale per feature (docs/constants.md).
 SHARED_LENGTH_SCALE_FEATURES = 20
 
 
@@ -251,19 +243,15 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
     def _latent_shape(self):
         # The variance adjoint differs between the latents, so a covariance per latent is the
         # richer family; one shared covariance is the cheaper one (one latent's work per step
-        # for the covariance, whatever K). Measured on KEEL letter (26 classes, 18,000 rows,
-        # one thread): shared 1.0 s an epoch against 6.7 s, docs/benchmarks.md "Many classes
-        # with one covariance".
+        # for the covariance, whatever K), and was as accurate or more on most sets
+        # (docs/constants.md).
         n_latents = self._n_latents()
         return n_latents, (1 if self.class_covariance == "shared" else n_latents)
 
     def _default_kernel_form(self, n_features):
-        # One latent function's offset is the log-odds away from the data's length scales.
-        # Measured on 19 binary sets, five splits each (docs/benchmarks.md, "A learned
-        # constant in the binary classifier's default kernel"): KEEL ring 20 test rows more
-        # and its log-loss 0.012 lower, spambase 8 rows fewer; the log-loss summed over
-        # all 95 fits 0.57 lower. K latents of a robust-max likelihood lost 4 points on
-        # satimage and 14 on letter with it.
+        # One latent function's offset is the log-odds away from the data's length scales:
+        # a learned constant carries it for two classes; K latents of a robust-max
+        # likelihood lost accuracy with it (docs/constants.md).
         binary = self._n_latents() == 1
         return KernelForm(bias=binary, shared_length_scale=binary and n_features >= SHARED_LENGTH_SCALE_FEATURES)
 
@@ -275,8 +263,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
 
     def _inducing_strata(self, Y):
         # With one latent function per class each class needs points among its own rows;
-        # k-means over all rows can leave a class few. Measured on nine many-class sets
-        # (docs/benchmarks.md, "Inducing inputs placed class by class"). Two classes share
+        # k-means over all rows can leave a class few (docs/constants.md). Two classes share
         # one latent function, whose points k-means over all rows already places.
         return Y[:, 0] if self._n_latents() > 1 else None
 

@@ -33,12 +33,8 @@ NOISE_FLOOR, NOISE_CEILING = 1e-6, 1e3
 #: output's spread). With a vanishing noise the LMC declares an output an exact combination
 #: of latents that the other outputs pin down, and it is overconfident wherever that output
 #: is unseen; the search's bound is then also so sharp along those outputs that L-BFGS-B
-#: crawls and stops at ``max_iter`` where it happens to be. Measured with bench_multioutput's
-#: sets and settings over three to six random states (docs/benchmarks.md, "The noise floor under
-#: n_latent"), hidden entries' RMSE / NLPD, floor 1e-4 (GPyTorch's for its task noises)
-#: against this one: economics 0.470 / 0.694 against 0.367 / -0.515 (six states; GPyTorch's
-#: LMC 0.415 / 0.415), weather 0.748 / 1.226 against 0.760 / 1.249 (three states; better at
-#: two, worse at one), airquality and txhousing unchanged.
+#: crawls and stops at ``max_iter`` where it happens to be. The floor trades that against
+#: outputs whose noise lies below it (docs/constants.md).
 LMC_NOISE_FLOOR = 1e-3
 
 #: The default kernel's Matern smoothness (see ``_default_kernel_form``).
@@ -380,23 +376,18 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         return self.n_latent is not None or self.missing_targets == "mask"
 
     def _default_kernel_form(self, n_features):
-        # The smoothness: measured on nine regression sets (docs/benchmarks.md, "The
-        # default kernel"), against the RBF the Matern 5/2 lowered the test RMSE on six of
-        # the seven real ones.
+        # The smoothness: the Matern 5/2 was more accurate than the RBF on most real sets
+        # (docs/constants.md, DEFAULT_MATERN_NU).
         # The amplitude: under n_latent each column of the mixing matrix carries its
         # latent's scale (W starts on the targets' spread for latents of unit variance); a
         # learned amplitude would scale the same variance and leave the search a flat
-        # direction (measured: ggplot2 economics, three random states, hidden-entry RMSE /
-        # NLPD 0.467 / 0.618 with it, 0.403 / 0.329 without; docs/benchmarks.md, "Several
-        # outputs").
+        # direction (docs/constants.md).
         # The start: at length scales of one spread, rows a typical distance apart (about
         # sqrt(2 d) spreads) are all but uncorrelated under the kernel once d reaches ten
         # or so: the latents explain nothing at the start, and under a learned W the search
         # falls to W = 0, all noise, a stationary point it does not leave (the bound is
-        # even in W and flat in the kernels there). scikit-learn's check_regressors_train
-        # set (200 rows, 10 features, one output, n_latent=1) ended there at R^2 = 0 with
-        # starts of 1 spread, at 0.80 (as without n_latent) from 2 spreads up. sqrt(d)
-        # spreads put that typical distance at a kernel value of about exp(-1) (an RBF).
+        # even in W and flat in the kernels there; docs/constants.md). sqrt(d) spreads put
+        # that typical distance at a kernel value of about exp(-1) (an RBF).
         mixed = self.n_latent is not None
         return KernelForm(matern_nu=DEFAULT_MATERN_NU, learn_amplitude=not mixed,
                           widen=float(np.sqrt(n_features)) if mixed else 1.0)

@@ -6,8 +6,7 @@ hyperparameters and the inducing inputs. Reached through the minibatch machinery
 evaluation is a forward pass for the natural step, the step, then a forward and a
 backward pass at the new q. Written directly, in the folded form (K_zx kept, L_k^-1
 folded into M x M matrices) it costs one SYRK and one SYMM of O(n M^2), besides the
-kernel: 1.5 to 1.8 times faster on the 2,048 rows of the default search, M = 256
-(``benchmarks/bench_collapsed.py``; docs/benchmarks.md, "The search's second stage").
+kernel, and is faster on the default search's rows (docs/constants.md).
 
 With A = L_k^-1 K_zx (M x n), per-row precisions beta_i (the row's weight over its noise
 variance) and D = diag(beta), the optimal q(v) of every output p is
@@ -44,8 +43,9 @@ from ..linalg import add_to_diagonal, diagonal, eye, weighted_gram
 from .toolkit import cross_and_diagonal, factor_kzz
 
 
-#: Where the folded form is used, as in the coupled basis's training steps (measured there):
-#: at least this many rows per inducing point, and K_zz no worse conditioned than this.
+#: Where the folded form is used, as in the coupled basis's training steps (its
+#: ``FOLDED_FORM_*`` constants; docs/constants.md): at least this many rows per inducing
+#: point, and K_zz no worse conditioned than this.
 FOLD_MIN_ROWS_PER_POINT = 2
 FOLD_MAX_CONDITION = 1e10
 
@@ -140,9 +140,7 @@ def _whitened_shift(a, low_k, kzx, weighted_y):
     L_k^-1 (K_zx D y) is the same in exact arithmetic, but its rounding differs from A's
     by up to L_k's condition number; the residual y - A^T B^-1 c, which the bound weighs
     by the precision, is then rounding alone where K_zz is nearly singular and the noise
-    small (measured on scikit-learn's anisotropic test, 50 rows in two dimensions at the
-    inducing inputs, noise 1e-10: the bound moved by 12 nats for a step of 1e-6 in a log
-    length scale, against 1e-4 for GPR's log marginal likelihood)."""
+    small, and the bound jumps by nats for tiny steps (docs/constants.md)."""
     if a is not None:
         return mm(a, weighted_y)
     return solve_triangular(low_k, mm(kzx, weighted_y))

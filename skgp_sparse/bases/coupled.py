@@ -150,7 +150,7 @@ def init_state(inducing, n_outputs, n_covariances, n_orthogonal=0):
 #: training step keeps the whitened form, whose error does not grow with cond(K_zz).
 FOLDED_FORM_MAX_CONDITION = 1e10
 #: The folded form saves two O(B M^2) products and pays about four O(M^3) ones: it is the
-#: faster one from about two rows per inducing point up (measured at M = 256 and 1024).
+#: faster one from about two rows per inducing point up (docs/constants.md).
 FOLDED_FORM_MIN_ROWS_PER_POINT = 2
 
 #: The bound with q(v) at its optimum under Gaussian noise, and its gradient, in one pass

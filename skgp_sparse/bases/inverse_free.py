@@ -32,9 +32,9 @@ targets m~ at Z observed with noise Sigma: it moves with its inducing inputs whe
 moves Z, and it does not scale with the kernel's amplitude in the directions the data
 inform (Sigma << K there). With mu itself held fixed, an Adam step on the kernel's
 variance scales the whole mean and a step on Z drags the coefficients mu (entries of
-K^-1 m_u, large and of alternating sign) to new places; measured on diamonds, that was
-the 26-31% RMSE deficit against the coupled basis with learned Z
-(docs/bases/inverse_free.md). ``preconditioned_mean=False`` keeps the 2022 mean.
+K^-1 m_u, large and of alternating sign) to new places, which cost accuracy against the
+coupled basis with learned Z (docs/constants.md). ``preconditioned_mean=False`` keeps the
+2022 mean.
 
 The price is that the mean depends on T: with E = L_t^T P L_t - I,
 mu - P^-1 m~ = -L_t E^2 (I + E)^-1 L_t^T m~, second order in E but amplified by the
@@ -65,8 +65,8 @@ L^T grad L = -E/2, whose steepest lower Y is -eta Phi(E). The step size is cappe
 upper bound g >= lambda_max(E), the smaller of Gershgorin's and ||E||_F:
 eta = min(eta, 1/g), so eta E_ii <= 1 and every diagonal at least halves rather than
 changes sign. (After an Adam step E is dominated by a few directions, where the
-Frobenius norm is the tighter bound; with Gershgorin's alone the inner loop below took
-4.1 factor steps per training step instead of 3.6, diamonds at M = 256.)
+Frobenius norm is the tighter bound and the inner loop below takes fewer factor steps;
+docs/constants.md.)
 
 *T: an inner loop.* In T the bound is maximised at T = P^-1 for any data (the derivative
 (P T - I) A_d + A_d (T P - I) + 1/2 (T^-1 - P), A_d = K/2 - W_h, vanishes there). So T
@@ -112,7 +112,7 @@ the epoch's last Adam step, before the loop has followed it).
 *Z.* :func:`adam_field_scales` tells the training loop to move the inducing inputs at
 ``inducing_rate_scale`` (0.1) times Adam's learning rate, after
 ``inducing_warmup_steps`` (0) steps in which they stay put: the 2026 recipe's separate,
-slower optimiser for Z (its warm-up measured no gain here).
+slower optimiser for Z (its warm-up gained nothing here; docs/constants.md).
 
 Settings (``init_state`` options, stored on the state as :class:`InverseFreeSettings`,
 so they pickle with a fitted model): ``preconditioned_mean``, ``t_max_iter``, ``t_tol``,
@@ -167,9 +167,9 @@ ADAM_FIELDS = ()
 #: Fields that Adam moves instead of the product-only steps (variational_optimizer="adam").
 VARIATIONAL_FIELDS = ("q_mean", "sigma_sqrt", "t_sqrt")
 
-#: Defaults of the init_state options (see :class:`InverseFreeSettings`), all measured on
-#: diamonds (docs/bases/inverse_free.md). Plain constants: nothing reassigns them; a
-#: model's own values live on its state.
+#: Defaults of the init_state options (see :class:`InverseFreeSettings`), chosen on
+#: diamonds (docs/constants.md). Plain constants: nothing reassigns them; a model's own
+#: values live on its state.
 T_MAX_ITER = 50
 T_TOL = 1e-3
 SIGMA_INIT = 0.01
@@ -406,10 +406,10 @@ def refine_inverse_factor(low, target, max_iter, tol):
 def _refine(low, target, max_iter, tol):
     """:func:`refine_inverse_factor` that also returns E = L^T A L - I at the result.
 
-    In float32 ||E||_F meets a rounding floor that grows with m and cond(A) (measured on
-    diamonds' inducing inputs: 5e-6 to 1e-2 for m = 128 to 1024) and can lie above
-    ``tol``: there a step that does not lower it ends the loop, with the better factor,
-    instead of spending every remaining step on rounding.
+    In float32 ||E||_F meets a rounding floor that grows with m and cond(A)
+    (docs/constants.md) and can lie above ``tol``: there a step that does not lower it
+    ends the loop, with the better factor, instead of spending every remaining step on
+    rounding.
     """
     e = residual(low, target)
     norm = _frobenius(e)

@@ -21,8 +21,8 @@ make it independent of gamma; its "u" is the beta part of the mean only, which i
 the coupled tape holds); the gamma coefficients by Adam, with the kernel
 hyperparameters and both point sets, as in the paper's experiments ("OrthNat"). The
 paper's diagonally preconditioned step for gamma (eq. 17) and its code's rescaling of
-the coefficients by the residual variances were measured worse than this and are not
-offered (docs/bases/orth_decoupled.md).
+the coefficients by the residual variances fitted worse than this and are not offered
+(docs/constants.md).
 
 Cost of a training step beyond the coupled one over beta: the kernel matrix
 K(gamma, [X; beta]) with its reverse pass, O((B + |beta|) |gamma| D), taken in one call
@@ -83,13 +83,13 @@ def latent_shape(state):
 
 
 #: ``kl_columns="auto"``: the exact a^T K_gg a up to this many gamma points (where it
-#: costs about a tenth of a step at batch 1024, a fifth at 512) ...
+#: costs a small share of a step) ...
 AUTO_EXACT_MAX_ORTHOGONAL = 256
 #: ... and above it the column-sampled estimate from at least this many columns (the
 #: paper's c) ...
 AUTO_MIN_COLUMNS = 64
-#: ... and at least one column in this many: with 64 columns of 4096 the estimate's noise
-#: cost accuracy in short fits, with 256 it did not (docs/bases/orth_decoupled.md).
+#: ... and at least one column in this many: fewer columns let the estimate's noise cost
+#: accuracy in short fits (docs/constants.md).
 AUTO_COLUMN_RATIO = 16
 
 
@@ -193,7 +193,7 @@ def init_state(points, n_outputs, n_covariances, n_orthogonal=0, *, kl_columns="
         from c random columns (O(c Mg), unbiased), "auto" exactly up to
         :data:`AUTO_EXACT_MAX_ORTHOGONAL` = 256 gamma points and above from
         max(:data:`AUTO_MIN_COLUMNS`, Mg / :data:`AUTO_COLUMN_RATIO`) = max(64, Mg / 16)
-        columns (measured choice, docs/bases/orth_decoupled.md).
+        columns (docs/constants.md).
     seed : int or None, default=None
         Seed of the column sampler (None: 0, so that a fit is reproducible whatever the caller).
 

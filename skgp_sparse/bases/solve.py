@@ -26,7 +26,7 @@ M + M2 (2x instead of 8x the work of one when M2 = M), plus O(B (M^2 + M M2 + M2
 Training steps fold L_u^-1 and L_v^-1 into M x M matrices as the coupled basis does
 (:func:`marginals`, ``form``): each block is then a coupled folded tape over K_ux or
 C_vx = K_vx - K_vu K_uu^-1 K_ux, and a step does the multiply-adds of coupled(M + M2)'s
-folded step (0.88x its time at M = M2 = 128, batch 1024; docs/bases/solve.md).
+folded step, in a little less time (docs/constants.md).
 With ``n_orthogonal=0`` every function hands over to the coupled basis, so the model is
 exactly SVGP. Every formula of the backward pass is checked by finite differences in
 tests/test_solve.py.

@@ -106,7 +106,7 @@ def run_fit(settings, model, rows, Y, rng, weights=None, fresh=True, steps_befor
         return FitResult(model, history, schedule.n_backoffs, None, steps_before)
     bound = keep_the_better(model, bound, start)
     report_fit(settings.name, model, 0.0 if plan.collapsed else settings.learning_rate)
-    if plan.check_q:
+    if plan.check_q and plan.search_q_solver.exact_step:
         # Its own generator: the check draws rows without moving the fit's random stream.
         X_check, Y_check = rows.search_rows(host_Y, plan.search_rows, np.random.default_rng(0))
         warn_q_short_of_optimum(settings.name, model, model.search_model(model.n_data), X_check, Y_check)

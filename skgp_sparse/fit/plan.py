@@ -13,41 +13,30 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..bases import SEARCH_BASIS
+from ..optim.qsolver import q_solver
 
 #: Rows per chunk of :func:`feature_scale`'s second pass.
 SCALE_CHUNK = 65536
 
 
 #: Rows of the exact search that starts a fresh minibatch fit (see
-#: :func:`.search.search_hyperparameters`): at most this many random rows. Measured
-#: with the default regressor against 1,024 and 4,096 rows (docs/benchmarks.md, "The
-#: exact search that starts a fit").
+#: :func:`.search.search_hyperparameters`): at most this many random rows. More rows cost
+#: search time, and no size was best on every set (docs/constants.md).
 SEARCH_ROWS = 2048
 
 #: batch_size="auto": data sets of at most this many rows whose one batch is the search of
 #: the collapsed bound (a Gaussian likelihood) are fitted that way, others in batches of
 #: AUTO_BATCH_SIZE rows. It is the rows of the stream's own exact search (SEARCH_ROWS): up
-#: to there one batch is that search over every row. Measured with the default regressor
-#: on subsets of ggplot2 txhousing, nycflights13 weather, dplyr storms, diamonds and
-#: itsadug simdat (docs/benchmarks.md, "One batch or the stream"): at 2,048 rows one batch
-#: took 0.5 to 0.9 of the stream's time on four sets, as accurate; from 4,096 rows on, once
-#: the stream's search moved the inducing inputs for up to 300 iterations, the stream was
-#: as accurate or more (weather test RMSE 0.2108 against 0.2161 at 4,096 rows) and one
-#: batch took 0.9 to 2.2 times its time. The classifier's one batch is no search, only
-#: full-batch steps, and was no better than the stream on KEEL magic, ring and phoneme
-#: (accuracy 0.4 to 1.1 points lower on ring and phoneme at 4,096 rows, in the same time).
+#: to there one batch is that search over every row and the faster, above it the stream is
+#: as accurate in less time. The classifier's one batch is no search, only full-batch
+#: steps, and keeps the stream (docs/constants.md).
 AUTO_FULL_BATCH_ROWS = 2048
 AUTO_BATCH_SIZE = 1024
 
 #: Rows of the exact search that starts an LMC's minibatch fit (:func:`lmc_streams`), in
 #: place of SEARCH_ROWS; with the shorter second stage and stream of an LMC
 #: (:data:`.search.LMC_INDUCING_SEARCH_ITER`, :data:`.training.LMC_STREAM_STEPS`) the
-#: search takes half the time. Measured with bench_multioutput's settings (one thread,
-#: seeds 0 to 2, docs/benchmarks.md, "An LMC stream's search and its cap"), hidden-entry RMSE /
-#: NLPD on the mean of the seeds: nycflights13 weather 0.743 / 0.890, against 0.776 /
-#: 1.203 with 2,048 rows and 128 second-stage iterations before the same 10-epoch stream
-#: (pressure overconfident over its hidden block) and 0.763 / 1.239 with those and the
-#: stream to its stopping rule; ggplot2 txhousing 0.248 / -0.120 against 0.248 / -0.111.
+#: search takes half the time, as accurate or more (docs/constants.md).
 LMC_SEARCH_ROWS = 1024
 
 
@@ -93,6 +82,11 @@ class FitPlan:
         dtype for training (and the state back to the host after).
     dtype : numpy or Array API dtype
         The floating dtype of the training arrays.
+    q_solver : QSolver
+        How the model's q(u) reaches its optimum (:mod:`skgp_sparse.optim.qsolver`).
+    search_q_solver : QSolver
+        How the exact search's model's q(u) does (its rounds on pseudo-observations among
+        them), and the model of the check of q(u) after a fit.
     on_search_basis : bool
         Whether the model trains the exact search's basis
         (:data:`~skgp_sparse.bases.SEARCH_BASIS`), so that its q(u) can start from the
@@ -117,6 +111,8 @@ class FitPlan:
     x_scale: np.ndarray
     converts: bool
     dtype: object
+    q_solver: object
+    search_q_solver: object
     on_search_basis: bool
     lmc: bool
 
@@ -125,12 +121,12 @@ def plan_fit(settings, model, rows, weights=None, fresh=True):
     """The plan of ``fit``: ``settings`` (a :class:`.settings.FitSettings`), the model
     to train (its target layout set), its :class:`.rows.Rows`, the rows' ``weights``
     (None: all ones) and whether the fit is ``fresh`` (not a warm start)."""
-    closed_form = model.q_optimal_in_closed_form()
-    batch = batch_rows(settings.batch_size, rows.n_rows, closed_form)
+    solver = q_solver(model, _searches_by_lbfgs(settings))
+    batch = batch_rows(settings.batch_size, rows.n_rows, solver.in_one_move)
     one_batch = batch >= rows.n_rows
-    collapsed = one_batch and closed_form
+    collapsed = one_batch and solver.in_one_move
     search = fresh and starts_with_search(model, one_batch, collapsed)
-    return _plan(model, rows, batch, one_batch, collapsed, search,
+    return _plan(settings, model, solver, rows, batch, one_batch, collapsed, search,
                  hand_over=search and one_batch, check_q=fresh and q_may_fall_short(model),
                  x_scale=feature_scale(rows.sample, rows.of_sample(weights)))
 
@@ -143,18 +139,31 @@ def plan_pass(settings, model, rows, weights=None, fresh=True, x_scale=None):
     search = fresh and starts_with_search(model, False, False, streaming=True)
     if x_scale is None:
         x_scale = feature_scale(rows.sample, rows.of_sample(weights))
-    return _plan(model, rows, batch, False, False, search, hand_over=False, check_q=False, x_scale=x_scale)
+    solver = q_solver(model, _searches_by_lbfgs(settings))
+    return _plan(settings, model, solver, rows, batch, False, False, search, hand_over=False, check_q=False,
+                 x_scale=x_scale)
 
 
-def _plan(model, rows, batch, one_batch, collapsed, search, hand_over, check_q, x_scale):
+def _plan(settings, model, solver, rows, batch, one_batch, collapsed, search, hand_over, check_q, x_scale):
     lmc = lmc_streams(model, one_batch)
     return FitPlan(
         n_rows=rows.n_rows, batch_rows=batch, one_batch=one_batch, collapsed=collapsed,
         steps_per_epoch=-(-rows.n_rows // batch), search=search,
         search_rows=min(LMC_SEARCH_ROWS if lmc else SEARCH_ROWS, rows.sample.shape[0]), hand_over=hand_over,
         settle=settling(model), check_q=check_q, x_scale=x_scale, converts=rows.converts, dtype=rows.dtype,
+        q_solver=solver, search_q_solver=q_solver(model.search_model(model.n_data), _searches_by_lbfgs(settings)),
         on_search_basis=model.basis is SEARCH_BASIS, lmc=lmc,
     )
+
+
+def search_optimizer(settings):
+    """The exact search's optimiser: the user's, or L-BFGS-B (GPR's default)."""
+    return settings.optimizer or "fmin_l_bfgs_b"
+
+
+def _searches_by_lbfgs(settings):
+    """Whether the searches run L-BFGS-B, which rounds on pseudo-observations need."""
+    return search_optimizer(settings) == "fmin_l_bfgs_b"
 
 
 def lmc_streams(model, one_batch):
@@ -192,19 +201,9 @@ def stream_search_pays(likelihood):
     multi-class classifier), whose stream starts from the kernel as given.
 
     There every evaluation of the search moves the K latents' q(u) by damped natural
-    steps on SEARCH_ROWS rows, so the search costs as much as 45 (letter) to 110
-    (penbased) epochs of a 4,000-row stream, and it did not pay at any point of the fit (measured, default
-    classifier, first 4,000 training rows of KEEL letter, 26 classes, and penbased, 10
-    classes, one thread; docs/benchmarks.md, "The many-class fit without the exact
-    search"). With the search, letter's fit took 256 s for 90.0% (log-loss 0.579), and
-    after 95 s stood at 86.5%; without it 179 s for 90.5% (0.557), 90.2% after 91 s.
-    On penbased the search's long length scales (2 to 10 against the stream's 1.4) left
-    95.4% (0.409) after ten epochs and 87 s, against 99.3% (0.035) in 7 s without it. A
-    search on 512 rows with one q step per evaluation cost 20 s on letter (85.6%
-    after ten more epochs, where the stream alone had 87.5% at the same time) and 14 s
-    on penbased (99.55%, 0.019 after ten more epochs and 21 s; the stream alone 99.45%,
-    0.016 after 20 s): a few test rows for a fifth of the whole fit's time. A search on
-    every row (one batch) is the fit's own hyperparameter optimiser and stays.
+    steps on SEARCH_ROWS rows, so the search costs as much as tens of epochs of the
+    stream, and it did not pay, even on fewer rows (docs/constants.md). A search on every
+    row (one batch) is the fit's own hyperparameter optimiser and stays.
     """
     return likelihood.conjugate or likelihood.n_latent == 1
 

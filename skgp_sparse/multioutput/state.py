@@ -29,9 +29,7 @@ class MixedState(VariationalState):
         A constant added to each output, f = W g + b. Each target column is centred on its
         own observed entries, so where entries are missing the columns' centres are not
         those of one mixture of zero-mean latents; a learned offset takes up the
-        difference, which L < P latents otherwise spend a latent on (measured on three
-        outputs of two latents with a block hidden from one: hidden-block RMSE 0.24
-        without it, the noise of that output ten times the others').
+        difference, which L < P latents otherwise spend a latent on (docs/constants.md).
     joint_inverse_factor : array of shape (L M, L M) or None
         L_B^-1 of the joint q over every latent's whitened inducing values, whose
         covariance is its Gram matrix, where the fit ended with the joint optimum in closed

@@ -23,8 +23,8 @@ class Adam:
     step_scales : dict of name -> array, optional
         Per-parameter multipliers of the learning rate, broadcast against the parameter.
         Adam's steps have the size of the learning rate whatever the gradient's scale, so
-        a parameter measured in data units (inducing inputs) needs its step in those
-        units: the estimators pass each feature's spread here.
+        a parameter in data units (inducing inputs) needs its step in those units: the
+        estimators pass each feature's spread here.
 
     Notes
     -----

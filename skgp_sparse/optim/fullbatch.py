@@ -100,16 +100,16 @@ class CollapsedObjective:
     Calling it with a parameter vector sets the model to those parameters and to the
     optimal q(u) for them (the model is left there), and returns ``-bound`` (and, with
     ``eval_gradient``, its gradient). ``scales`` divide parameters in data units (see
-    :class:`Packing`). ``exact``: one natural step of size one lands on q's optimum (the
-    collapsed bound); otherwise damped natural steps get there (:func:`optimal_q`). A
+    :class:`Packing`). ``solver`` (a :class:`~skgp_sparse.optim.qsolver.QSolver`): how q
+    reaches its optimum, in one move or by damped natural steps (:func:`optimal_q`). A
     bound that is not finite at the starting point raises
     :class:`~skgp_sparse.optim.loop.NonFiniteELBOError`; later it is infinite for the
     line search to back off from.
     """
 
-    def __init__(self, model, X, Y, scales=None, exact=True, q_steps=None):
+    def __init__(self, model, X, Y, solver, scales=None, q_steps=None):
         self.model, self.X, self.Y = model, X, Y
-        self.exact = exact
+        self.solver = solver
         self.q_steps = INEXACT_Q_STEPS if q_steps is None else int(q_steps)
         params = model.adam_params()
         self.packing = Packing.of(params, {} if scales is None else scales)
@@ -128,7 +128,7 @@ class CollapsedObjective:
         """Move the model to ``vector`` and to q(u)'s optimum there; the ELBO and gradients."""
         model = self.model
         self.move(vector)
-        if self.exact or model.collapses():
+        if self.solver.in_one_move:
             land_on_optimal_q(model, self.X, self.Y)
         else:
             optimal_q(model, self.X, self.Y, exact=False, max_steps=self.q_steps, rtol=INEXACT_Q_RTOL)
@@ -138,7 +138,7 @@ class CollapsedObjective:
         """The bound and its gradient at ``vector``, q(u) at its optimum: in one pass
         where the model has its collapsed form (the model's q(u) is then left as it was;
         :meth:`set` moves it), else through :meth:`set`."""
-        if not self.model.collapses():
+        if not self.solver.one_pass_bound:
             return self.set(vector)
         self.move(vector)
         return self.model.collapsed_evaluate(self.X, self.Y)
@@ -166,22 +166,17 @@ class CollapsedObjective:
 
 
 #: L-BFGS-B's own test (a relative change of 2e-9 in one iteration) lets a search over
-#: hundreds of inducing inputs crawl for thousands of iterations, each adding micro-nats
-#: (measured: 1,000 diamonds rows, M = 256, 2,457 iterations, the last 2,000 adding 0.0002
-#: nats per row). The search also ends when the last ``PLATEAU_ITERATIONS`` iterations
-#: together raised the bound by less than ``tol`` nats per row (the estimators' ``tol``,
-#: which a minibatch fit reads per epoch: an iteration passes over every row at least once,
-#: so this is the stricter of the two). Measured on 2,000 diamonds rows, M = 256, default
-#: regressor: the old test (1e-4 over 50 iterations) ran 472 iterations, past max_iter=100;
-#: the bound rose 0.0020 nats per row after iteration 100, and the test RMSE not at all
-#: (0.1030 at 100 iterations, 0.1031 at 472).
+#: hundreds of inducing inputs crawl for thousands of iterations, each adding micro-nats.
+#: The search also ends when the last ``PLATEAU_ITERATIONS`` iterations together raised
+#: the bound by less than ``tol`` nats per row (the estimators' ``tol``, which a minibatch
+#: fit reads per epoch: an iteration passes over every row at least once, so this is the
+#: stricter of the two; docs/constants.md).
 PLATEAU_ITERATIONS = 20
 PLATEAU_RISE_PER_ROW = 1e-3
 
 #: Damped natural steps of an inexact objective stop when the bound rises by less than
 #: this fraction of its size, or after ``INEXACT_Q_STEPS`` steps: each evaluation starts
-#: from the previous one's q, so a few steps follow the search's moves (measured on KEEL
-#: magic, 2,048 rows, M = 256: 10 steps took 39 s, 3 steps 5 s, the same test accuracy).
+#: from the previous one's q, so a few steps follow the search's moves (docs/constants.md).
 INEXACT_Q_RTOL = 1e-9
 INEXACT_Q_STEPS = 3
 #: Steps at most that bring q to its optimum at the search's starting point.
@@ -218,11 +213,7 @@ class _Plateau:
 #: lies on the box's edge: a trust region for its first steps. Without one, the first step
 #: goes one gradient away, clipped onto the corner of the bounds (every length scale at
 #: its longest, the amplitude at its smallest), and the line search stays there whenever
-#: that flat model (all noise) beats the start (measured: a Poisson model of 200 rows there
-#: in one iteration, a Bernoulli model of KEEL ring's 2,048 rows in four, the classifier
-#: then at chance; per row rather than summed, but without the box, targets of scale 100
-#: went to a length scale of 2e-4 where GPR finds 0.83). With it ring's search reaches a
-#: bound of -0.189 per row and the classifier 95% after 3 epochs.
+#: that flat model (all noise) beats the start (docs/constants.md).
 TRUST_RADIUS = 3.0
 TRUST_STAGES = 20
 
@@ -334,9 +325,7 @@ def lbfgs(obj_func, initial, bounds, n_rows, verbose=0, max_iter=15000, trust_re
     run on the objective as it is, as GPR's; if that run never leaves its start while the
     bound still rises there, it is run again in the trust region. (Its first trial step is
     the whole gradient: where the bound is steep far out, the line search then shrinks
-    its steps below what the bound's rounding error lets it resolve. Measured on six rows
-    with a fixed noise variance of 1e-10 and two target columns: the first trial point's
-    bound was -1.2e10, the search stopped at its start, where GPR finds the optimum.)
+    its steps below what the bound's rounding error lets it resolve; docs/constants.md.)
 
     A start outside ``bounds`` is moved into them first, as L-BFGS-B itself does.
     ``memory``: the number of past steps L-BFGS-B keeps (scipy's ``maxcor``; 10, its
@@ -375,7 +364,7 @@ def random_start(bounds, rng, initial):
     return start
 
 
-def optimise_collapsed(model, X, Y, optimizer, n_restarts, rng, scales=None, verbose=0, max_iter=15000,
+def optimise_collapsed(model, X, Y, optimizer, n_restarts, rng, solver, scales=None, verbose=0, max_iter=15000,
                        trust_region=False, tol=PLATEAU_RISE_PER_ROW, q_steps=None):
     """Maximise the bound of ``model`` on (X, Y) with q(u) optimal, in place.
 
@@ -395,6 +384,8 @@ def optimise_collapsed(model, X, Y, optimizer, n_restarts, rng, scales=None, ver
     n_restarts : int
         Further runs from starts drawn uniformly within the bounds (log space).
     rng : numpy Generator
+    solver : QSolver
+        How ``model``'s q(u) reaches its optimum (its fit's plan says).
     scales : dict, optional
         Units of parameters in data units (see :class:`Packing`).
     verbose : int
@@ -415,15 +406,13 @@ def optimise_collapsed(model, X, Y, optimizer, n_restarts, rng, scales=None, ver
     SearchResult
         The model is left at the best run's parameters and at the optimal q(u) for them.
     """
-    exact = model.natural_step_is_exact()
-    if not (exact or model.collapses()):
+    if not solver.in_one_move:
         # Each evaluation takes a few natural steps from the previous one's q: the first
         # starts from q's optimum at the starting point, or its gradient (that of a q far
         # from optimal, orders of magnitude too large) would throw the first line search
-        # onto the bounds (measured on KEEL ring: every length scale at 1e5, the bound at
-        # -log 2 per row, the classifier at chance).
+        # onto the bounds (docs/constants.md).
         optimal_q(model, X, Y, exact=False, max_steps=INEXACT_Q_START_STEPS, rtol=INEXACT_Q_RTOL)
-    objective = CollapsedObjective(model, X, Y, scales, exact=exact, q_steps=q_steps)
+    objective = CollapsedObjective(model, X, Y, solver, scales, q_steps=q_steps)
     initial = objective.initial()
     if initial.size == 0:
         # Nothing to search (fixed hyperparameters and inducing inputs): q(u)'s optimum only.
@@ -452,9 +441,8 @@ def land_on_optimal_q(model, X, Y):
 
 #: Largest natural step of :func:`optimal_q` after its first (a full step first). Near
 #: the optimum the natural step of size one of a non-conjugate likelihood can overshoot
-#: and oscillate about it, converging slowly (measured on a Bernoulli model: successive
-#: errors in ratio -0.86, 60 steps from 1e-4 to 1e-8 in the theta gradient); at 0.7 the
-#: same model converges to rounding in 25 steps.
+#: and oscillate about it, converging slowly; a shorter step converges faster
+#: (docs/constants.md).
 DAMPED_STEP = 0.7
 
 

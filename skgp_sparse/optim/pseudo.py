@@ -25,42 +25,26 @@ from ..linalg import CholeskyError
 from .fullbatch import (INEXACT_Q_RTOL, INEXACT_Q_START_STEPS, TRUST_RADIUS, CollapsedObjective, SearchResult, lbfgs,
                         optimal_q, random_start)
 from .loop import ModelSnapshot
+from .qsolver import QSolver
 
 #: Rounds at most (each: new pseudo-observations, a quasi-Newton search, q to its
-#: optimum), besides the search's ``max_iter``. The default classifier's searches on the
-#: seven sets of docs/benchmarks.md took up to about fifteen.
+#: optimum), besides the search's ``max_iter``: a guard far above what searches take
+#: (docs/constants.md).
 MAX_ROUNDS = 100
 #: L-BFGS-B iterations at most of one round's search. The pseudo-observations hold near
 #: the q they were taken at, and a round's search far past that chases a model the next
-#: round's observations no longer describe: on KEEL ring (2,048 rows, M = 256) rounds of
-#: 20, 8 and 4 iterations took the true bound per row from -0.763 to -0.0902, -0.0902 and
-#: -0.0864 in 9.5, 4.5 and 5.5 s; over the seven sets of docs/benchmarks.md ("The binary
-#: search on Gaussian pseudo-observations") rounds of 8 and 4 iterations searched for
-#: 33.0 and 29.0 s in all, as accurate to a test row or two. Later, with a fall undone
-#: and the trust region shrunk (RADIUS_SHRINK), rounds of 4, 3 and 2 iterations searched
-#: for 20.1, 17.4 and 17.0 s, 2 as accurate as 4 on every set. Once the Bernoulli
-#: variance derivative became that of its quadrature sum (docs/benchmarks.md, "The
-#: Bernoulli likelihood's variance derivative"), 2 and 4 took 58.8 and 63.6 s against
-#: 59.0 and 65.6 s over the seven sets in two runs each, and 2 lost six of spambase's
-#: test rows (92.83% against 93.48%), so 4 stayed.
+#: round's observations no longer describe. Longer rounds searched for longer, rounds of
+#: 2 were no faster and lost accuracy (docs/constants.md).
 ROUND_MAX_ITER = 4
 #: Damped natural steps at most that bring q to its optimum under the true likelihood
 #: after a round's search, and at the search's start (from the previous round's q, or
 #: from the prior: each round's observations are taken afresh, so a q short of its
-#: optimum is corrected by the next round). Measured with rounds of 4 iterations over the
-#: seven sets: 4 steps after each round against 10 searched for 23.8 s against 29.0 s,
-#: as accurate to a test row or two either way. Once each round's q started at the
-#: pseudo-model's optimum where the round's search ended (``land_on_pseudo_optimum``)
-#: rather than at the q of the round's start, 2 steps after it searched the seven sets'
-#: 21 splits for 44.5 s against 53.4 s with 4 steps from the old q (fits 119.8 s against
-#: 127.7 s), 2 more test rows right in all, the summed log-loss 0.002 lower; 3 steps saved
-#: less (docs/benchmarks.md, "Each round's q from the pseudo-model's optimum").
+#: optimum is corrected by the next round). Few steps suffice because each round's q
+#: starts at the pseudo-model's optimum (``land_on_pseudo_optimum``; docs/constants.md).
 ROUND_Q_STEPS = 2
 #: A round that raises the true bound by less than this many times ``tol`` nats per row
-#: ends the search: the estimators' ``tol`` as it is. Looser stops were measured over the
-#: seven sets (one process per set, shared machine): 3 and 10 searched for 21.0 and 15.6 s
-#: in all against 27.8 s, but 10 lost two of ring's test rows and raised its log-loss from
-#: 0.0604 to 0.0652, and 3 raised spambase's from 0.197 to 0.213.
+#: ends the search: the estimators' ``tol`` as it is. Looser stops save seconds and lose
+#: test rows (docs/constants.md).
 STOP_RISE = 1.0
 #: A round whose true bound fell is undone, and the next one searches within a trust
 #: region this much smaller (:data:`~.fullbatch.TRUST_RADIUS` at first); below
@@ -76,7 +60,7 @@ class PseudoObjective(CollapsedObjective):
     moves the model's parameters (not its q) to the vector."""
 
     def __init__(self, model, X, pseudo, scales=None):
-        super().__init__(model, X, None, scales, exact=False)
+        super().__init__(model, X, None, QSolver.DAMPED, scales)
         self.targets, self.beta, self.constant = pseudo
 
     def _bound(self, vector):
@@ -121,7 +105,7 @@ def optimise_pseudo(model, X, Y, n_restarts, rng, scales=None, verbose=0, max_it
     first = ModelSnapshot.of(model)
     # The probe only packs the parameters and their bounds: the rounds take their own
     # pseudo-observations.
-    probe = CollapsedObjective(model, X, None, scales, exact=False)
+    probe = CollapsedObjective(model, X, None, QSolver.DAMPED, scales)
     initial = probe.initial()
     if initial.size == 0:
         # Nothing to search (fixed hyperparameters): q(u)'s optimum only.
