@@ -271,7 +271,7 @@ def _shift(A, r):
     return xp.concat([mm(A[l], r[:, l : l + 1]) for l in range(len(A))], axis=0)
 
 
-def optimal_q(kernels, kernel_of_column, chunks, W, Z, jitter, coupled=True):
+def joint_optimal_q(kernels, kernel_of_column, chunks, W, Z, jitter, coupled=True):
     """The optimal q under Gaussian noise, jointly over the L x M values and within the
     mean-field family, in closed form.
 

@@ -11,7 +11,7 @@ from ..elbo import BatchResult, VariationalModel, in_float_of
 from ..bases import SEARCH_BASIS
 from ..bases.toolkit import factor_kzz
 from ..linalg import inverse_cholesky_factor
-from .collapsed import joint_output_variances, lmc_collapsed_bound, optimal_q, projections
+from .collapsed import joint_optimal_q, joint_output_variances, lmc_collapsed_bound, projections
 from .mixing import mix, mixing_gradient, unmix
 from .predictor import JointCovariance, MixedPredictor
 from .state import MixedState
@@ -380,7 +380,7 @@ class MixedModel(VariationalModel):
     def optimal_q_over(self, chunks, scale=1.0, joint=False):
         """Set q to the optimum of the mean-field family on the rows of ``chunks`` (an
         iterable of (X, Y) in the training layout), each row counted ``scale`` times,
-        hyperparameters fixed (:func:`.collapsed.optimal_q`); ``joint``: also keep the
+        hyperparameters fixed (:func:`.collapsed.joint_optimal_q`); ``joint``: also keep the
         joint optimum's covariance (``joint_inverse_factor``), which the bound and the
         predictions then use. Sweeps of natural
         steps reach the same q, but slowly where the mixing couples the latents tightly
@@ -389,7 +389,7 @@ class MixedModel(VariationalModel):
         Z = self.state.inducing
         W = self._mixing(Z)
         pieces = rows_per_kernel(chunks, len(distinct))
-        means, precisions, joint_inverse_factor, used = optimal_q(
+        means, precisions, joint_inverse_factor, used = joint_optimal_q(
             distinct, kernel_of_column, (self._precisions(X, Y, scale) for X, Y in pieces), W, Z, self.jitter,
             self.coupled)
         self.jitter = max(self.jitter, used)

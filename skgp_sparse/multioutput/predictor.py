@@ -15,7 +15,7 @@ from .mixing import mix, output_covariances
 class JointCovariance:
     """The joint q's covariance over every latent's whitened inducing values, as a
     predictor needs it: the inducing inputs, each distinct kernel's Cholesky factor of
-    K(Z, Z) (jittered as fitted) and L_B^-1 (see :func:`.collapsed.optimal_q`)."""
+    K(Z, Z) (jittered as fitted) and L_B^-1 (see :func:`.collapsed.joint_optimal_q`)."""
 
     inducing: np.ndarray
     #: (K, M, M), one per distinct kernel (an array, so that it moves with the others).
