@@ -172,8 +172,8 @@ def _time_train_steps(model, reg, X, Y, Z0, schedule, batch_size, n_steps, n_war
     # A stopping rule that never closes a period and no warm-up: every step is a full
     # step (natural and Adam) and none ends the run early.
     never = StoppingRule(0.0, 1, 10**12, 1)
-    history = train(model, None, None, batch_size=batch_size, max_iter=1, stopping=never, schedule=schedule,
-                    adam=adam, rng=np.random.default_rng(seed), batches=batches, warmup_steps=0)
+    history = train(model, batches, max_iter=1, stopping=never, schedule=schedule,
+                    adam=adam, rng=np.random.default_rng(seed), warmup_steps=0)
     if history.n_steps != total:
         raise RuntimeError(f"train ran {history.n_steps} steps, expected {total}")
     return times[n_warmup:]

@@ -94,8 +94,8 @@ def fit(model, batches, epochs, check_every=loop.CHECK_EVERY, period_steps=4, mo
     epochs."""
     stopping = StoppingRule(-np.inf, 2, period_steps, STEPS) if stopping is None else stopping
     schedule = NaturalStepSchedule(0.1, conjugate=True, full_batch=False)
-    return train(model, None, None, batch_size=B, max_iter=epochs, stopping=stopping, schedule=schedule,
-                 adam=Adam(0.01), rng=np.random.default_rng(0), batches=batches, warmup_steps=1,
+    return train(model, batches, max_iter=epochs, stopping=stopping, schedule=schedule,
+                 adam=Adam(0.01), rng=np.random.default_rng(0), warmup_steps=1,
                  check_every=check_every, monitor_rows=monitor_rows)
 
 
@@ -294,9 +294,9 @@ def test_the_hyperparameters_come_back_to_the_host_after_the_loop(lib):
     theta_before = model.kernel.theta
     adam = Adam(0.01)
     stopping = StoppingRule(-np.inf, 2, 4, STEPS)
-    train(model, None, None, batch_size=B, max_iter=1, stopping=stopping,
+    train(model, epoch_batches(lib), max_iter=1, stopping=stopping,
           schedule=NaturalStepSchedule(0.1, conjugate=True, full_batch=False), adam=adam,
-          rng=np.random.default_rng(0), batches=epoch_batches(lib), warmup_steps=1)
+          rng=np.random.default_rng(0), warmup_steps=1)
     assert isinstance(model.kernel.held_theta, np.ndarray)
     assert isinstance(model.noise.log_value, float)
     assert isinstance(model.likelihood.noise_variance, float)

@@ -245,9 +245,7 @@ def run_training(settings, plan, model, rows, Y, rng, steps_done=0):
     max_epochs = stream_epochs(settings, plan)
     history = train(
         model,
-        None,
-        None,
-        batch_size=plan.batch_rows,
+        rows.batches(Y, plan.batch_rows),
         max_iter=max_epochs,
         stopping=stopping,
         schedule=schedule,
@@ -255,7 +253,6 @@ def run_training(settings, plan, model, rows, Y, rng, steps_done=0):
         rng=rng,
         verbose=settings.verbose,
         callback=settings.epoch_callback,
-        batches=rows.batches(Y, plan.batch_rows),
         warmup_steps=warmup_steps(model, schedule, plan.steps_per_epoch),
         monitor_rows=rows.monitor_rows(Y, monitor_size(plan), rng),
         steps_per_epoch=plan.steps_per_epoch,
@@ -277,9 +274,7 @@ def run_partial_pass(settings, plan, model, rows, Y, stream):
     batch, steps = plan.batch_rows, plan.steps_per_epoch
     history = train(
         model,
-        None,
-        None,
-        batch_size=batch,
+        rows.batches(Y, batch),
         max_iter=1,
         # One pass whose single period never closes: the rule only counts (no gradient to read).
         stopping=StoppingRule(0.0, 1, steps + 1, steps, max_gradient_snr=None),
@@ -287,7 +282,6 @@ def run_partial_pass(settings, plan, model, rows, Y, stream):
         adam=stream.adam,
         rng=stream.rng,
         verbose=settings.verbose,
-        batches=rows.batches(Y, batch),
         warmup_steps=warmup_steps(model, stream.schedule, steps),
     )
     return history

@@ -337,9 +337,8 @@ def _attributes_of(saved):
 
 
 def train(
-    model, X, Y, *, batch_size, max_iter, stopping, schedule, adam, rng, verbose=0, history=None,
-    callback=None, batches=None, warmup_steps=0, monitor_rows=None, steps_per_epoch=None,
-    check_every=CHECK_EVERY,
+    model, batches, *, max_iter, stopping, schedule, adam, rng, verbose=0, history=None, callback=None,
+    warmup_steps=0, monitor_rows=None, steps_per_epoch=None, check_every=CHECK_EVERY,
 ):
     """Fit ``model`` (a :class:`skgp_sparse.elbo.VariationalModel`) in place.
 
@@ -360,10 +359,11 @@ def train(
     stopping rule then reads the ELBO per row on them at the end of each period rather
     than the mean of the period's noisy minibatch estimates.
 
-    ``batches(rng)``, if given, replaces the shuffled minibatches of (X, Y): it yields the
-    ``(X_batch, Y_batch)`` of one epoch (the Dask path streams chunks this way); X and Y
-    are then not read, and ``steps_per_epoch``, if given, is the length of an epoch that
-    ``verbose >= 2`` progress lines report (see :class:`Progress`).
+    ``batches(rng)`` yields the ``(X_batch, Y_batch)`` of one epoch: the training rows'
+    own source (:meth:`skgp_sparse.fit.rows.Rows.batches`; :func:`array_batches` shuffles
+    arrays into minibatches, the Dask path streams chunks). ``steps_per_epoch``, if given,
+    is the length of an epoch that ``verbose >= 2`` progress lines report (see
+    :class:`Progress`).
 
     Rows of a library other than numpy (a GPU's) keep each step's checks on the device
     (:class:`DeferredSteps`): they are read with the steps' ELBO estimates at most every
@@ -381,9 +381,6 @@ def train(
     fit to keep).
     """
     history = History() if history is None else history
-    if batches is None:
-        batches = array_batches(X, Y, batch_size)
-        steps_per_epoch = -(-X.shape[0] // batch_size)
     progress = Progress(verbose, time.perf_counter(), model.rows_counted, steps_per_epoch)
     monitor = None if monitor_rows is None else (lambda: model.sample_elbo(*monitor_rows) / model.rows_counted)
     steps = _EpochSteps(model, history, stopping, schedule, adam, warmup_steps, check_every, callback)
