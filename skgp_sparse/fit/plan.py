@@ -85,8 +85,9 @@ class FitPlan:
     q_solver : QSolver
         How the model's q(u) reaches its optimum (:mod:`skgp_sparse.optim.qsolver`).
     search_q_solver : QSolver
-        How the exact search's model's q(u) does (its rounds on pseudo-observations among
-        them), and the model of the check of q(u) after a fit.
+        How q(u) of the exact search's model (:meth:`~skgp_sparse.elbo.VariationalModel.search_model`)
+        reaches its optimum (``PSEUDO``: the search runs in rounds on pseudo-observations);
+        the check of q(u) after a fit compares with the same model.
     on_search_basis : bool
         Whether the model trains the exact search's basis
         (:data:`~skgp_sparse.bases.SEARCH_BASIS`), so that its q(u) can start from the
