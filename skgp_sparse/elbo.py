@@ -109,6 +109,9 @@ class VariationalModel:
             raise ValueError(f"the {basis.name} basis has no Adam-only mode")
         self.basis = basis
         self.kernel = kernel
+        #: One compiled kernel per latent group (the same object for tied groups); the first
+        #: is ``kernel``.
+        self._kernels = [kernel]
         self.likelihood = likelihood
         self.state = state
         self.n_data = n_data
@@ -132,9 +135,23 @@ class VariationalModel:
 
     @property
     def kernels(self):
-        """Every compiled kernel of the model (one here; a kernel per latent group in
-        several-output models)."""
-        return [self.kernel]
+        """The compiled kernel of each latent group (one, ``kernel``, but for several-output
+        models; the same object for groups whose hyperparameters are tied)."""
+        return self._kernels
+
+    def distinct_kernels(self):
+        """The kernels with their own hyperparameters, in group order, and each group's
+        index among them."""
+        distinct, index = [], []
+        for kernel in self.kernels:
+            for i, seen in enumerate(distinct):
+                if seen is kernel:
+                    index.append(i)
+                    break
+            else:
+                index.append(len(distinct))
+                distinct.append(kernel)
+        return distinct, index
 
     # --- the model of the exact search -------------------------------------------------
     def search_model(self, n_rows, learn_inducing=False):
@@ -194,7 +211,9 @@ class VariationalModel:
         return params
 
     def adam_bounds(self):
-        bounds = {"theta": (self.kernel.bounds[:, 0], self.kernel.bounds[:, 1])}
+        # theta packs the distinct kernels' log-hyperparameters in group order.
+        distinct = self.distinct_kernels()[0]
+        bounds = {"theta": tuple(np.concatenate([kernel.bounds[:, side] for kernel in distinct]) for side in (0, 1))}
         if self.noise is not None and self.noise.learned:
             bounds["log_noise"] = self.noise.log_bounds
         if self._learns_likelihood():
@@ -230,8 +249,8 @@ class VariationalModel:
 
     def set_noise_variance(self, value):
         """Set the Gaussian noise variance (a no-op when a WhiteKernel carries it)."""
-        if self.noise is not None and not self.noise.from_kernel:
-            self.noise.log_value = float(np.log(value))
+        if self.noise is not None:
+            self.noise.set_variance(value)
             self._sync_noise()
 
     def _sync_noise(self):
@@ -615,8 +634,10 @@ class VariationalModel:
 
     def elbo_of_chunks(self, chunks, scale=1.0):
         """``scale`` times the expected log-likelihood of the rows of ``chunks`` (an
-        iterable of (X, Y)) minus the KL, in nats: the exact ELBO when they are every row."""
-        return scale * self.expected_log_lik_sum(chunks) - self._kl()
+        iterable of (X, Y)) minus the KL, in nats: the exact ELBO when they are every row.
+        Each chunk is cut as :func:`rows_per_kernel` cuts it for the model's kernels."""
+        pieces = rows_per_kernel(chunks, len(self.distinct_kernels()[0]))
+        return scale * self.expected_log_lik_sum(pieces) - self._kl()
 
     def _kl(self, tape=None):
         """KL(q || prior) as a float (for a 0-d array of another library, one float back
@@ -669,3 +690,19 @@ def _row_chunks(X, Y, size):
     # Stops within the rows and a trailing ellipsis: the Array API's rules of indexing.
     n = X.shape[0]
     return ((X[i : min(i + size, n), ...], Y[i : min(i + size, n), ...]) for i in range(0, n, size))
+
+
+def rows_per_kernel(chunks, n_kernels):
+    """The (X, Y) chunks of a pass over the data, each cut into ``n_kernels`` pieces of
+    consecutive rows (the last may be shorter).
+
+    A pass over every row after training (the joint q, the final bound) reads the rows in
+    chunks sized for one kernel; each distinct kernel holds an M x rows projection of the
+    chunk (and the bound's products as many again), so a chunk's memory would otherwise
+    grow with the kernels (docs/constants.md).
+    """
+    for X, Y in chunks:
+        size = max(1, -(-X.shape[0] // max(1, n_kernels)))
+        for begin in range(0, X.shape[0], size):
+            end = min(X.shape[0], begin + size)  # array API slices stop inside the axis
+            yield X[begin:end, ...], Y[begin:end, ...]

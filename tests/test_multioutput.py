@@ -20,12 +20,11 @@ from sklearn.preprocessing import StandardScaler
 
 from skgp_sparse import SparseGPRegressor
 from skgp_sparse.bases import BASES
-from skgp_sparse.elbo import VariationalModel
+from skgp_sparse.elbo import VariationalModel, rows_per_kernel
 from skgp_sparse.kernels import compile_kernel
 from skgp_sparse.likelihoods import GaussianLikelihood, OutputGaussianLikelihood, OutputNoise
 from skgp_sparse.multioutput import MixedModel, MixedState, collapsed
 from skgp_sparse.multioutput.mixing import initial_mixing
-from skgp_sparse.multioutput.model import rows_per_kernel
 
 from ._gradcheck import assert_adam_gradients_match
 

@@ -134,6 +134,11 @@ class NoiseParameter:
     def learned(self):
         return self.log_bounds is not None
 
+    def set_variance(self, value):
+        """Set the noise variance (nothing to set where a WhiteKernel carries it)."""
+        if not self.from_kernel:
+            self.log_value = float(np.log(value))
+
     def scatter_gradient(self, d_log_noise, theta_grad):
         """Send d ELBO / d log(noise) to the parameter that carries the noise."""
         if not self.from_kernel:
@@ -233,3 +238,7 @@ class OutputNoise:
     @property
     def learned(self):
         return self.log_bounds is not None
+
+    def set_variance(self, value):
+        """Set every output's noise variance (``value``: a number or one per output)."""
+        self.log_value = np.log(np.array(value, dtype=np.float64).reshape(-1))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import backend
-from ..elbo import BatchResult, VariationalModel, in_float_of
+from ..elbo import BatchResult, VariationalModel, in_float_of, rows_per_kernel
 from ..bases import SEARCH_BASIS
 from ..bases.toolkit import factor_kzz
 from ..linalg import inverse_cholesky_factor
@@ -83,11 +83,6 @@ class MixedModel(VariationalModel):
         self._kernels = list(kernels)
         self._fixed_mixing_couples = None
 
-    @property
-    def kernels(self):
-        """The compiled kernel of each latent group (the same object for tied groups)."""
-        return self._kernels
-
     def search_model(self, n_rows, learn_inducing=False):
         """The exact search's model (see :meth:`VariationalModel.search_model`): each
         latent group on the search's basis at every inducing input, a covariance per
@@ -104,19 +99,6 @@ class MixedModel(VariationalModel):
         return search
 
     # --- the kernels ---------------------------------------------------------------------
-    def distinct_kernels(self):
-        """The kernels with their own hyperparameters, in group order, and each group's index among them."""
-        distinct, index = [], []
-        for kernel in self.kernels:
-            for i, seen in enumerate(distinct):
-                if seen is kernel:
-                    index.append(i)
-                    break
-            else:
-                index.append(len(distinct))
-                distinct.append(kernel)
-        return distinct, index
-
     def kernel_columns(self):
         """The distinct kernels, and the index among them of each latent column's kernel."""
         distinct, index = self.distinct_kernels()
@@ -160,14 +142,6 @@ class MixedModel(VariationalModel):
         moved by Adam on the host (one packed read of their gradients a step)."""
         return False
 
-    def adam_bounds(self):
-        distinct, _ = self.distinct_kernels()
-        bounds = np.concatenate([k.bounds for k in distinct])
-        out = {"theta": (bounds[:, 0], bounds[:, 1])}
-        if self.noise.learned:
-            out["log_noise"] = self.noise.log_bounds
-        return out
-
     def adam_rate_scales(self, step):
         out = {}
         for g, group in enumerate(self.state.groups):
@@ -199,10 +173,6 @@ class MixedModel(VariationalModel):
             self.state.mixing = params["mixing"]
         if "offset" in params:
             self.state.offset = params["offset"]
-        self._sync_noise()
-
-    def set_noise_variance(self, value):
-        self.noise.log_value = np.log(np.array(value, dtype=np.float64).reshape(-1))
         self._sync_noise()
 
     # --- evaluation ----------------------------------------------------------------------
@@ -403,11 +373,6 @@ class MixedModel(VariationalModel):
         self.state = dataclasses.replace(self.state, groups=tuple(groups),
                                          joint_inverse_factor=joint_inverse_factor if joint else None)
 
-    def elbo_of_chunks(self, chunks, scale=1.0):
-        """The ELBO of the rows of ``chunks`` (see the base class), each chunk cut as
-        :func:`rows_per_kernel` cuts it."""
-        return super().elbo_of_chunks(rows_per_kernel(chunks, len(self.distinct_kernels()[0])), scale)
-
     def _precisions(self, X, Y, scale):
         """(X, targets less the offsets with zeros where missing, per-entry precisions) of
         rows in the training layout, each counted ``scale`` times."""
@@ -489,22 +454,6 @@ class MixedModel(VariationalModel):
                                     host(self.state.joint_inverse_factor))
         return MixedPredictor(parts, tuple(k.to_sklearn() for k in distinct), tuple(index),
                               host(self.state.mixing), host(self.state.offset), joint)
-
-
-def rows_per_kernel(chunks, n_kernels):
-    """The (X, Y) chunks of a pass over the data, each cut into ``n_kernels`` pieces of
-    consecutive rows (the last may be shorter).
-
-    A pass over every row after training (the joint q, the final bound) reads the rows in
-    chunks sized for one kernel; each distinct kernel holds an M x rows projection of the
-    chunk (and the bound's products as many again), so a chunk's memory would otherwise
-    grow with the kernels (docs/constants.md).
-    """
-    for X, Y in chunks:
-        size = max(1, -(-X.shape[0] // max(1, n_kernels)))
-        for begin in range(0, X.shape[0], size):
-            end = min(X.shape[0], begin + size)  # array API slices stop inside the axis
-            yield X[begin:end, ...], Y[begin:end, ...]
 
 
 def _like(a, like):
