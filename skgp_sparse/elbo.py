@@ -108,9 +108,7 @@ class VariationalModel:
         if not natural and not basis.VARIATIONAL_FIELDS:
             raise ValueError(f"the {basis.name} basis has no Adam-only mode")
         self.basis = basis
-        self.kernel = kernel
-        #: One compiled kernel per latent group (the same object for tied groups); the first
-        #: is ``kernel``.
+        #: One compiled kernel per latent group (the same object for tied groups).
         self._kernels = [kernel]
         self.likelihood = likelihood
         self.state = state
@@ -132,6 +130,12 @@ class VariationalModel:
         #: to (:meth:`hold_hyperparameters_on`), None while they are on the host.
         self.device_rows_dtype = None
         self._sync_noise()
+
+    @property
+    def kernel(self):
+        """The first latent group's compiled kernel (the model's only one but for several
+        outputs)."""
+        return self._kernels[0]
 
     @property
     def kernels(self):
@@ -702,7 +706,10 @@ def rows_per_kernel(chunks, n_kernels):
     grow with the kernels (docs/constants.md).
     """
     for X, Y in chunks:
-        size = max(1, -(-X.shape[0] // max(1, n_kernels)))
+        if n_kernels <= 1:
+            yield X, Y
+            continue
+        size = max(1, -(-X.shape[0] // n_kernels))
         for begin in range(0, X.shape[0], size):
             end = min(X.shape[0], begin + size)  # array API slices stop inside the axis
             yield X[begin:end, ...], Y[begin:end, ...]

@@ -9,10 +9,12 @@ why::
 
 Each fit is small (a few hundred rows, 16 inducing inputs, a few epochs), but takes the
 paths a real fit takes: the exact search, then the minibatch stream (or one batch), every
-basis, both estimators, one output, independent outputs, the LMC with and without missing
-entries, float32, and arrays of another library under scikit-learn's ``array_api_dispatch``.
+basis with every likelihood family, both estimators, one output, independent outputs, the
+LMC with and without missing entries, float32, and arrays of another library under
+scikit-learn's ``array_api_dispatch``.
 """
 
+import contextlib
 import os
 import warnings
 from pathlib import Path
@@ -55,6 +57,24 @@ CONFIGS = {
     "classifier_strict": (SparseGPClassifier, {**_SMALL, "batch_size": 128}, "binary", "array_api_strict"),
     "regressor_torch": (SparseGPRegressor, {**_SMALL, "batch_size": 128}, "real", "torch"),
     "classifier_torch": (SparseGPClassifier, {**_SMALL, "batch_size": 128}, "binary", "torch"),
+    # Every basis with every likelihood family, on minibatches and on one batch.
+    **{
+        f"{name}_{basis}": (
+            cls,
+            {**_SMALL, "basis": basis, "batch_size": size, **params,
+             **({"n_orthogonal": 8} if basis in ("orth_decoupled", "solve") else {})},
+            kind, None,
+        )
+        for basis in ("coupled", "orth_decoupled", "solve", "inverse_free")
+        for name, cls, params, kind, size in (
+            ("two_outputs", SparseGPRegressor, {}, "two_outputs", 128),
+            ("student_t", SparseGPRegressor, {"likelihood": "student_t"}, "heavy_tailed", 128),
+            ("poisson", SparseGPRegressor, {"likelihood": "poisson"}, "counts", 128),
+            ("binary_minibatch", SparseGPClassifier, {}, "binary", 128),
+            ("binary_full_batch", SparseGPClassifier, {}, "binary", None),
+            ("three_classes", SparseGPClassifier, {}, "three_classes", 128),
+        )
+    },
 }
 
 
@@ -70,6 +90,14 @@ def data(kind):
         y = (f + 3 * noise[:, 0] > 0).astype(int)
     elif kind == "ten_classes":
         y = np.digitize(f + noise[:, 0], np.quantile(f, np.linspace(0.1, 0.9, 9)))
+    elif kind == "three_classes":
+        y = np.digitize(f + 3 * noise[:, 0], [-0.4, 0.4])
+    elif kind == "heavy_tailed":
+        y = f + 0.2 * rng.standard_t(3, f.shape)
+    elif kind == "counts":
+        y = rng.poisson(np.exp(0.5 * f))
+    elif kind == "two_outputs":
+        y = np.column_stack([f + noise[:, 0], -f + noise[:, 1]])
     else:
         y = np.column_stack([f, np.cos(X[:, 0]) - 0.5 * f, X[:, 1] * X[:, 2]]) + noise
         if kind == "masked":
@@ -77,11 +105,25 @@ def data(kind):
     return X[:N_TRAIN], X[N_TRAIN:], y[:N_TRAIN]
 
 
+@contextlib.contextmanager
+def _scipy_array_api(on):
+    """SCIPY_ARRAY_API=1 while ``on`` (scikit-learn's dispatch requires it), as it was after."""
+    before = os.environ.get("SCIPY_ARRAY_API")
+    if on:
+        os.environ["SCIPY_ARRAY_API"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SCIPY_ARRAY_API", None)
+        else:
+            os.environ["SCIPY_ARRAY_API"] = before
+
+
 def _library_arrays(library):
     """A function putting a numpy array into ``library``'s arrays, and the dispatch flag."""
     if library is None:
         return (lambda a: a), False
-    os.environ["SCIPY_ARRAY_API"] = "1"  # scikit-learn's dispatch requires it
     if library == "torch":
         import torch
 
@@ -102,7 +144,7 @@ def run(name):
     # One thread for BLAS and OpenMP: how OpenBLAS splits a product, or k-means its sums,
     # between threads changes their rounding, which a fit carries into its results (1e-9 to
     # 1e-2 relative between one thread and two), so the saved arrays hold on any machine size.
-    with warnings.catch_warnings(), sklearn.config_context(array_api_dispatch=dispatch), \
+    with warnings.catch_warnings(), _scipy_array_api(dispatch), sklearn.config_context(array_api_dispatch=dispatch), \
             threadpool_limits(limits=1):
         warnings.simplefilter("ignore")
         model = cls(**params).fit(to_library(X), to_library(y) if kind != "masked" else y)

@@ -62,5 +62,7 @@ def test_the_plan_carries_the_model_and_search_solvers(basis, model_solver):
     extra = {"n_orthogonal": 4} if basis == "solve" else {}
     estimator = SparseGPRegressor(basis=basis, **SMALL, **extra)
     model = fitted_model(estimator, f)
-    plan = plan_fit(estimator._fit_settings(), model, InMemoryRows(X))
+    # A fresh minibatch fit (3,000 rows): it searches, so its plan holds the search's solver.
+    plan = plan_fit(estimator._fit_settings(), model, InMemoryRows(np.tile(X, (15, 1))))
+    assert plan.search
     assert plan.q_solver is model_solver and plan.search_q_solver is QSolver.COLLAPSED

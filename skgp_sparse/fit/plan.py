@@ -87,7 +87,8 @@ class FitPlan:
     search_q_solver : QSolver
         How q(u) of the exact search's model (:meth:`~skgp_sparse.elbo.VariationalModel.search_model`)
         reaches its optimum (``PSEUDO``: the search runs in rounds on pseudo-observations);
-        the check of q(u) after a fit compares with the same model.
+        the check of q(u) after a fit compares with the same model. None where the call
+        neither searches nor checks q(u) (a later ``partial_fit`` pass, a warm start).
     on_search_basis : bool
         Whether the model trains the exact search's basis
         (:data:`~skgp_sparse.bases.SEARCH_BASIS`), so that its q(u) can start from the
@@ -152,7 +153,7 @@ def _plan(settings, model, solver, rows, batch, one_batch, collapsed, search, ha
         steps_per_epoch=-(-rows.n_rows // batch), search=search,
         search_rows=min(LMC_SEARCH_ROWS if lmc else SEARCH_ROWS, rows.sample.shape[0]), hand_over=hand_over,
         settle=settling(model), check_q=check_q, x_scale=x_scale, converts=rows.converts, dtype=rows.dtype,
-        q_solver=solver, search_q_solver=q_solver(model.search_model(model.n_data), _searches_by_lbfgs(settings)),
+        q_solver=solver, search_q_solver=_search_solver(settings, model) if search or check_q else None,
         on_search_basis=model.basis is SEARCH_BASIS, lmc=lmc,
     )
 
@@ -160,6 +161,12 @@ def _plan(settings, model, solver, rows, batch, one_batch, collapsed, search, ha
 def search_optimizer(settings):
     """The exact search's optimiser: the user's, or L-BFGS-B (GPR's default)."""
     return settings.optimizer or "fmin_l_bfgs_b"
+
+
+def _search_solver(settings, model):
+    """How q(u) of ``model``'s exact search reaches its optimum (asked of a search copy,
+    which only a fit that searches or checks q(u) builds)."""
+    return q_solver(model.search_model(model.n_data), _searches_by_lbfgs(settings))
 
 
 def _searches_by_lbfgs(settings):

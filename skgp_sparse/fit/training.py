@@ -116,7 +116,7 @@ def stream_inducing_rate(settings, plan, model):
     """Adam's rate on the inducing inputs in the stream of ``plan`` (a
     :class:`.plan.FitPlan`), as a share of its rate: :data:`SEARCHED_Q_INDUCING_RATE`
     where a minibatch stream starts from the q(u) of the search on pseudo-observations
-    (``plan.search_q_solver``; on the search's basis, :func:`_start_stream_q`),
+    (``plan.search_q_solver``; on the search's basis, :func:`.search._start_stream_q`),
     else 1.
 
     Only there did it pay: the Poisson regressor's stream, which starts from its damped
