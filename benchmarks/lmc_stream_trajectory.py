@@ -86,7 +86,7 @@ def main():
         seconds = start - context["start"] - scoring[0]
         m = copy.deepcopy(model)
         m.optimal_q_over(context["batches"](np.random.default_rng(0)), joint=True)
-        mean, var, _ = m._marginals(np.asarray(X, dtype=np.float64), False)
+        mean, var = m.output_marginals(np.asarray(X, dtype=np.float64))
         var = np.asarray(var) + np.asarray(m.noise.value)[None, :]
         s = _scores(Y, hidden, info["outputs"], np.asarray(mean), var)
         trajectory.append((history.n_epochs, seconds, s))

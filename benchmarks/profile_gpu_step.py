@@ -27,7 +27,6 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import numpy as np  # noqa: E402
 
 from _data import init_inducing, load_regression  # noqa: E402
 from _ours import basis_settings, time_our_step  # noqa: E402

@@ -25,7 +25,7 @@ from _multioutput_data import MULTIOUTPUT_SETS, load_multioutput, training_targe
 from skgp_sparse import SparseGPRegressor
 from skgp_sparse.fit import pipeline
 from skgp_sparse.multioutput import collapsed
-from skgp_sparse.multioutput import model as lmc_model
+from skgp_sparse.multioutput import outputs as lmc_outputs
 
 
 def _top(profile, n_lines):
@@ -50,7 +50,7 @@ def profile_bound(estimator, X, Y, evaluation, repeats):
             raise Captured
         return bound(*args, **kwargs)
 
-    lmc_model.lmc_collapsed_bound = capture  # the name the multi-output model calls
+    lmc_outputs.lmc_collapsed_bound = capture  # the name the multi-output model calls
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -58,7 +58,7 @@ def profile_bound(estimator, X, Y, evaluation, repeats):
     except Captured:
         pass
     finally:
-        lmc_model.lmc_collapsed_bound = bound
+        lmc_outputs.lmc_collapsed_bound = bound
     args, kwargs = captured[-1]
     seconds = []
     for _ in range(repeats):

@@ -2,8 +2,9 @@
 
     ELBO = sum_n E_q[log p(y_n | f(x_n))] - KL(q(u) || p(u))
 
-A :class:`VariationalModel` joins a basis (the variational family), a compiled kernel and
-a likelihood. On a minibatch of B of the N rows it returns the unbiased estimate
+A :class:`VariationalModel` joins a basis (the variational family), latent groups (each a
+compiled kernel and a basis state), an output map (:mod:`skgp_sparse.outputs`: the
+identity, or a mixing of several outputs) and a likelihood. On a minibatch of B of the N rows it returns the unbiased estimate
 ``(N / B) * sum_batch ELL - KL`` with its gradient in every parameter Adam moves, plus
 what the basis needs for its natural step. It also packs and unpacks those parameters
 as a dict of arrays, so the optimiser never needs to know what they mean.
@@ -74,13 +75,19 @@ class VariationalModel:
     basis : Basis, str or module
         The variational family (:class:`skgp_sparse.bases.Basis`), or its name in
         :data:`skgp_sparse.bases.BASES`, or its module (see :func:`skgp_sparse.bases.as_basis`).
-    kernel : compiled kernel (:func:`skgp_sparse.kernels.compile_kernel`)
+    kernel : compiled kernel (:func:`skgp_sparse.kernels.compile_kernel`) or list of them
+        One per latent group of ``state``; the same object twice ties those groups'
+        hyperparameters.
     likelihood : likelihood object (:mod:`skgp_sparse.likelihoods`)
-    state : the basis's state (variational parameters and inducing inputs)
+    state : VariationalState
+        The basis's state (one latent group: variational parameters and inducing
+        inputs), or a state of several groups and their output map
+        (:class:`skgp_sparse.multioutput.MixedState`).
     n_data : int
         Number of training rows N (scales the minibatch data term).
-    noise : NoiseParameter or None
-        The Gaussian noise, for the Gaussian likelihood.
+    noise : NoiseParameter, OutputNoise or None
+        The Gaussian noise (one per output for several mixed outputs), for a Gaussian
+        likelihood.
     learn_inducing : bool
         Whether Adam moves the inducing inputs (``basis.INDUCING_FIELDS``).
     jitter : float
@@ -94,11 +101,14 @@ class VariationalModel:
     learn_hyperparameters : bool
         Whether Adam moves the kernel hyperparameters and the noise (``optimizer=None``
         keeps them fixed).
-    """
 
-    #: Past steps the quasi-Newton search of the bound keeps (scipy's ``maxcor``): its
-    #: default, which scikit-learn's GPR also uses.
-    SEARCH_MEMORY = 10
+    Notes
+    -----
+    Adam's parameters: ``theta`` (every distinct kernel's log-hyperparameters, in group
+    order), ``log_noise``, ``likelihood`` (Student-t's), the output map's (``mixing`` and
+    ``offset`` of a learned mixing), the inducing sets under their basis names (shared by
+    the groups), and any other basis field, as ``name[g]`` where there are several groups.
+    """
 
     def __init__(
         self, basis, kernel, likelihood, state, n_data, noise=None, learn_inducing=True, jitter=1e-6, natural=True,
@@ -108,8 +118,13 @@ class VariationalModel:
         if not natural and not basis.VARIATIONAL_FIELDS:
             raise ValueError(f"the {basis.name} basis has no Adam-only mode")
         self.basis = basis
+        #: How the latent groups' marginals become the outputs' (:mod:`skgp_sparse.outputs`).
+        self.outputs = state.output_map()
         #: One compiled kernel per latent group (the same object for tied groups).
-        self._kernels = [kernel]
+        self._kernels = list(kernel) if isinstance(kernel, (list, tuple)) else [kernel]
+        n_groups = len(self.outputs.groups(state))
+        if len(self._kernels) != n_groups:
+            raise ValueError(f"{len(self._kernels)} kernels for {n_groups} latent groups")
         self.likelihood = likelihood
         self.state = state
         self.n_data = n_data
@@ -136,6 +151,17 @@ class VariationalModel:
         """The first latent group's compiled kernel (the model's only one but for several
         outputs)."""
         return self._kernels[0]
+
+    @property
+    def groups(self):
+        """The basis state of each latent group."""
+        return self.outputs.groups(self.state)
+
+    @property
+    def search_memory(self):
+        """The number of past steps the quasi-Newton search of the bound keeps (scipy's
+        ``maxcor``), as the output map asks."""
+        return self.outputs.SEARCH_MEMORY
 
     @property
     def kernels(self):
@@ -169,13 +195,18 @@ class VariationalModel:
         with q(u) at the prior, its data term counting ``n_rows`` rows, and it moves the
         inducing inputs where ``learn_inducing`` and this model learns them.
         """
-        # Copied together, so that a noise carried by the kernel's WhiteKernel stays tied to it.
-        kernel, likelihood, noise, latent_noise = copy.deepcopy((self.kernel, self.likelihood, self.noise,
-                                                                 self.latent_noise))
-        n_outputs, n_covariances = self.basis.latent_shape(self.state)
-        state = SEARCH_BASIS.init_state(self.stacked_inducing(), n_outputs=n_outputs, n_covariances=n_covariances)
+        # Copied together, so that a noise carried by the kernel's WhiteKernel stays tied to
+        # it, and tied groups stay tied.
+        kernels, likelihood, noise, latent_noise = copy.deepcopy((self.kernels, self.likelihood, self.noise,
+                                                                  self.latent_noise))
+        inducing = self.stacked_inducing()
+        groups = []
+        for group in self.groups:
+            n_outputs, n_covariances = self.basis.latent_shape(group)
+            groups.append(SEARCH_BASIS.init_state(inducing, n_outputs=n_outputs, n_covariances=n_covariances))
+        state = self.outputs.search_state(self.state, groups)
         search = VariationalModel(
-            SEARCH_BASIS, kernel, likelihood, state, n_rows, noise=noise,
+            SEARCH_BASIS, kernels, likelihood, state, n_rows, noise=noise,
             learn_inducing=learn_inducing and self.learns_inducing(), jitter=self.jitter, natural=self.natural,
             latent_noise=latent_noise, learn_hyperparameters=self.learn_hyperparameters,
         )
@@ -201,18 +232,29 @@ class VariationalModel:
 
     # --- parameters seen by Adam ---------------------------------------------------
     def adam_params(self):
+        """The parameters Adam moves, by name (see the class notes), as arrays."""
         params = {}
         if self.learn_hyperparameters:
-            params["theta"] = self.kernel.held_theta
+            distinct = self.distinct_kernels()[0]
+            # One kernel's theta may be held on a device (hold_hyperparameters_on).
+            params["theta"] = distinct[0].held_theta if len(distinct) == 1 else \
+                np.concatenate([kernel.theta for kernel in distinct])
             if self.noise is not None and self.noise.learned:
-                log_noise = self.noise.log_value
-                params["log_noise"] = backend.namespace(log_noise).reshape(log_noise, (1,)) \
-                    if backend.on_device(log_noise) else np.array([log_noise])
+                params["log_noise"] = self.noise.packed_log_value()
             if self._learns_likelihood():
                 params["likelihood"] = self.likelihood.log_params
+            params.update(self.outputs.adam_params(self.state))
+        groups = self.groups
         for field in self.learn_fields:
-            params[field] = getattr(self.state, field)
+            for g, group in enumerate(groups if field not in self.basis.INDUCING_FIELDS else groups[:1]):
+                params[self._field_name(field, g)] = getattr(group, field)
         return params
+
+    def _field_name(self, field, g):
+        """The name under which Adam sees the field of group ``g``: a shared inducing set's
+        own, else with the group's index where there are several groups."""
+        shared = field in self.basis.INDUCING_FIELDS or len(self._kernels) == 1
+        return field if shared else f"{field}[{g}]"
 
     def adam_bounds(self):
         # theta packs the distinct kernels' log-hyperparameters in group order.
@@ -231,24 +273,39 @@ class VariationalModel:
     def adam_rate_scales(self, step):
         """Multipliers of Adam's learning rate per state field for training step ``step``
         (counted from the model's first step), as the basis's ``adam_field_scales`` gives
-        them (None, all ones, by default)."""
-        return self.basis.adam_field_scales(self.state, step)
+        them for each group (None, all ones, by default)."""
+        out = {}
+        for g, group in enumerate(self.groups):
+            for field, value in (self.basis.adam_field_scales(group, step) or {}).items():
+                out[self._field_name(field, g)] = value
+        return out or None
 
     def set_adam_params(self, params):
+        """Set the parameters Adam moves from ``params`` (:meth:`adam_params`' names), in
+        place: the loop's snapshot of a step restores them through this method."""
         if "theta" in params:
-            self.kernel.set_theta(params["theta"])
+            distinct = self.distinct_kernels()[0]
+            if len(distinct) == 1:
+                distinct[0].set_theta(params["theta"])
+            else:
+                start = 0
+                for kernel in distinct:
+                    n = kernel.theta.shape[0]
+                    kernel.set_theta(np.asarray(params["theta"][start : start + n], dtype=np.float64))
+                    start += n
         if "log_noise" in params:
-            log_noise = params["log_noise"]
-            self.noise.log_value = backend.namespace(log_noise).reshape(log_noise, ()) \
-                if backend.on_device(log_noise) else float(log_noise[0])
+            self.noise.set_packed_log_value(params["log_noise"])
         if "likelihood" in params:
             self.likelihood.set_log_params(params["likelihood"])
-        for field in self.learn_fields:
-            if field in params:
-                setattr(self.state, field, params[field])
-        if not self.natural:
-            # Caches derived from q(u) (its precision) are stale once Adam has moved it.
-            self.state.drop_caches()
+        for g, group in enumerate(self.groups):
+            for field in self.learn_fields:
+                name = self._field_name(field, g)
+                if name in params:
+                    setattr(group, field, params[name])
+            if not self.natural:
+                # Caches derived from q(u) (its precision) are stale once Adam has moved it.
+                group.drop_caches()
+        self.outputs.set_adam_params(self.state, params)
         self._sync_noise()
 
     def set_noise_variance(self, value):
@@ -270,10 +327,11 @@ class VariationalModel:
         """Whether a training loop on a device's arrays can move the hyperparameters by Adam
         there (:meth:`hold_hyperparameters_on`): they are learned, the kernel can hold them
         (:attr:`~skgp_sparse.kernels.CompiledKernel.holds_device_values`) and the noise is
-        its own log-parameter. Student-t's parameters and latent white noise keep their
-        gradients on the host (one packed read a step)."""
+        its own log-parameter. Student-t's parameters, latent white noise and the mixing of
+        several outputs keep their gradients on the host (one packed read a step)."""
         return (
             self.learn_hyperparameters
+            and not self.outputs.mixes
             and self.kernel.holds_device_values
             and self.latent_noise is None
             and not self._learns_likelihood()
@@ -313,29 +371,45 @@ class VariationalModel:
         self._sync_noise()
 
     # --- evaluation ------------------------------------------------------------------
-    def _marginals(self, X, need_grad):
-        mean, var, tape = self.basis.marginals(self.kernel, X, self.state, self.jitter, need_grad)
-        if tape is not None:
-            # Jitter that was needed once is kept: the next step's K_zz is almost the same.
-            self.jitter = max(self.jitter, tape.jitter)
-        return mean, var, tape
+    def latent_marginals(self, X, need_grad=False):
+        """Every latent function's marginal mean and variance at the rows X, (n, L) each
+        (latent white noise included), and each group's tape."""
+        means, variances, tapes = [], [], []
+        for kernel, group in zip(self.kernels, self.groups):
+            mean, var, tape = self.basis.marginals(kernel, X, group, self.jitter, need_grad)
+            if tape is not None:
+                # Jitter that was needed once is kept: the next step's K_zz is almost the same.
+                self.jitter = max(self.jitter, tape.jitter)
+            # One variance column per latent function (the mean's columns): latents sharing
+            # one covariance (C = 1) broadcast it. The number of latents is not that of the
+            # target columns: a K-class label is one column for K latents.
+            if var.shape[1] != mean.shape[1]:
+                var = backend.namespace(var).broadcast_to(var, mean.shape)
+            means.append(mean)
+            variances.append(var)
+            tapes.append(tape)
+        if len(means) == 1:
+            mean, var = means[0], variances[0]
+        else:
+            xp = backend.namespace(means[0])
+            mean, var = xp.concat(means, axis=1), xp.concat(variances, axis=1)
+        return mean, (var if self.latent_noise is None else var + self.latent_noise.value), tapes
 
-    def _per_latent_var(self, mean, var):
-        """The variance of each latent function at each row, latent white noise included."""
-        # One variance column per latent function (the mean's columns): latents sharing one
-        # covariance (C = 1) broadcast it. The number of latents is not that of the target
-        # columns: a K-class label is one column for K latents.
-        if var.shape[1] != mean.shape[1]:
-            var = backend.namespace(var).broadcast_to(var, mean.shape)
-        return var if self.latent_noise is None else var + self.latent_noise.value
+    def output_marginals(self, X):
+        """The outputs' marginal means and variances at the rows X (the joint q's variances
+        where a finished fit of several mixed outputs holds it)."""
+        mean_g, var_g, _ = self.latent_marginals(X)
+        mean, var = self.outputs.mix(self.state, mean_g, var_g)
+        joint = self.outputs.joint_variances(self, X)
+        return mean, (var if joint is None else joint)
 
     def natural_step_is_exact(self, jointly=True):
         """Whether a full-data natural step of size one lands on q's optimum: natural steps
-        on q, a conjugate likelihood, and a basis whose step is exact (``jointly``: for all
-        its Gaussian blocks at once, ``EXACT_NATURAL_STEP``; otherwise for each block given
-        the others, ``CONJUGATE_NATURAL_STEP``)."""
+        on q, a conjugate likelihood, a basis whose step is exact (``jointly``: for all its
+        Gaussian blocks at once, ``EXACT_NATURAL_STEP``; otherwise for each block given the
+        others, ``CONJUGATE_NATURAL_STEP``), and latents that the output map keeps apart."""
         exact = self.basis.EXACT_NATURAL_STEP if jointly else self.basis.CONJUGATE_NATURAL_STEP
-        return self.natural and self.likelihood.conjugate and exact
+        return self.natural and self.likelihood.conjugate and exact and not self.outputs.couples(self.state)
 
     def evaluate(self, X, Y, need_grad=True):
         """ELBO estimate from the rows (X, Y) of the training set, and its gradients.
@@ -344,8 +418,9 @@ class VariationalModel:
         ----------
         X : ndarray of shape (B, D)
         Y : ndarray of shape (B, T)
-            Targets as the likelihood takes them: T = P columns for P Gaussian outputs, one
-            column of class indices for K latent functions.
+            Targets as the likelihood takes them: T = P columns for P Gaussian outputs (NaN
+            where an entry of several outputs is missing), one column of class indices for
+            K latent functions.
         need_grad : bool, "natural" or "adam"
             "natural": only what :meth:`natural_step` needs (no gradients). "adam": the
             gradients of what Adam moves (:meth:`adam_params`) only, so that a training
@@ -355,6 +430,7 @@ class VariationalModel:
         Returns
         -------
         BatchResult
+            Its ``d_mean`` and ``d_var`` are the latents' adjoints (B, L).
         """
         # Rows of another Array API library keep the data, the state and the state fields'
         # gradients there; the ELBO comes back as a float (within
@@ -363,37 +439,65 @@ class VariationalModel:
         # else come to the host in one transfer.
         xp = backend.namespace(X)
         scale = self.n_data / X.shape[0]
-        mean, var, tape = self._marginals(X, need_grad)
-        var = self._per_latent_var(mean, var)
+        self.outputs.forget_joint(self.state)
+        mean_g, var_g, tapes = self.latent_marginals(X, need_grad)
+        mean, var = self.outputs.mix(self.state, mean_g, var_g)
         Y, weights, var, extra = self._split(Y, var)
-        ell, d_mean, d_var = self._weighted(weights, *self.likelihood.expected_log_lik(Y, mean, var, **extra))
-        d_mean, d_var = in_float_of(mean, d_mean, d_var)
-        elbo = _elbo_estimate(scale, xp.sum(ell), self.basis.kl_divergence(self.kernel, self.state, self.jitter, tape))
+        ell, d_mean, d_var = self._likelihood_terms(Y, mean, var, weights, extra)
+        elbo = _elbo_estimate(scale, xp.sum(ell), self._group_kl(tapes))
         if not need_grad:
             return BatchResult(elbo, {}, None, None, None)
         d_mean = scale * d_mean
         d_var = scale * d_var
+        d_mean_g, d_var_g = self.outputs.unmix(self.state, d_mean, d_var)
+        rows = SweepRows(X, Y, weights, extra, scale, mean_g, var_g) if self.outputs.couples(self.state) else None
+        tape = ModelTape(tapes, rows)
         if need_grad == "natural":
-            return BatchResult(elbo, {}, tape, d_mean, d_var)
-        theta_bar, field_bars = self.basis.backward(tape, self.state, d_mean, d_var, self.learn_fields)
-        wants_hyperparameters = need_grad != "adam" or self.learn_hyperparameters
-        grads = self._hyperparameter_grads(theta_bar, Y, mean, var, d_var, weights, extra, scale) \
-            if wants_hyperparameters else {}
-        for field in self.learn_fields:
-            grads[field] = field_bars[field]
-        return BatchResult(elbo, grads, tape, d_mean, d_var)
+            return BatchResult(elbo, {}, tape, d_mean_g, d_var_g)
+        theta_bar, grads = self._backward(tapes, d_mean_g, d_var_g)
+        if need_grad != "adam" or self.learn_hyperparameters:
+            grads.update(self._hyperparameter_grads(theta_bar, Y, mean, var, d_var_g, weights, extra, scale))
+            grads.update(self.outputs.gradients(self.state, d_mean, d_var, mean_g, var_g))
+        return BatchResult(elbo, grads, tape, d_mean_g, d_var_g)
+
+    def _likelihood_terms(self, Y, mean, var, weights, extra):
+        """The expected log-likelihood of each entry and its weighted adjoints in the
+        outputs' marginals (in the marginals' float)."""
+        ell, d_mean, d_var = self._weighted(weights, *self.likelihood.expected_log_lik(Y, mean, var, **extra))
+        d_mean, d_var = in_float_of(mean, d_mean, d_var)
+        return ell, d_mean, d_var
+
+    def _backward(self, tapes, d_mean_g, d_var_g):
+        """Every group's reverse pass: theta's gradient (the one kernel's as the basis gives
+        it, else the distinct kernels' summed over their groups on the host, concatenated)
+        and the learned fields' (a shared inducing set's summed over the groups)."""
+        distinct, index = self.distinct_kernels()
+        theta_bars = [None] * len(distinct)
+        grads = {}
+        groups = self.groups
+        for g, (tape, group, cols) in enumerate(zip(tapes, groups, self.outputs.columns(self.state))):
+            theta_bar, field_bars = self.basis.backward(tape, group, _columns(d_mean_g, cols),
+                                                        _columns(d_var_g, cols), self.learn_fields)
+            i = index[g]
+            theta_bars[i] = theta_bar if theta_bars[i] is None else _host64(theta_bars[i]) + _host64(theta_bar)
+            for field in self.learn_fields:
+                name = self._field_name(field, g)
+                grads[name] = field_bars[field] if name not in grads else grads[name] + field_bars[field]
+        theta_bar = theta_bars[0] if len(distinct) == 1 else np.concatenate([_host64(t) for t in theta_bars])
+        return theta_bar, grads
 
     def _hyperparameter_grads(self, theta_bar, Y, mean, var, d_var, weights, extra, scale):
         """The gradients of the hyperparameters Adam moves, where the hyperparameters are
         held: on the device while a training loop holds them there
         (:meth:`hold_hyperparameters_on`), else on the host, brought back from another
-        library in one transfer."""
+        library in one transfer. ``d_var``: the latents' adjoints in their variances."""
         xp = backend.namespace(mean)
         latent_sum = noise_sum = likelihood_sums = 0.0
         if self.latent_noise is not None:
             latent_sum = xp.sum(d_var)
         if self.noise is not None:
-            noise_sum = xp.sum(self._weighted(weights, self.likelihood.d_log_noise(Y, mean, var, **extra))[0])
+            noise_sum = self.noise.total(xp, self._weighted(weights, self.likelihood.d_log_noise(Y, mean, var,
+                                                                                                **extra))[0])
         if self._learns_likelihood():
             per_row = self._weighted(weights, self.likelihood.d_log_params(Y, mean, var))[0]
             likelihood_sums = xp.sum(per_row, axis=0)
@@ -412,29 +516,36 @@ class VariationalModel:
             # d var / d log(level) = level for each white term carrying the latent noise.
             self.latent_noise.scatter_gradient(float(latent_sum) * self.latent_noise.value, theta_bar)
         if self.noise is not None:
-            self._add_noise_gradient(grads, scale * float(noise_sum))
+            self._add_noise_gradient(grads, scale * np.asarray(noise_sum, dtype=np.float64))
         if self._learns_likelihood():
             grads["likelihood"] = scale * likelihood_sums
         return grads
 
-    def learns_mixing(self):
-        """Whether the outputs are learned mixtures of latent functions (an LMC): False for
-        one output or independent ones."""
-        return False
-
     def search_noise_floor(self):
-        """The noise variance at whose jitter a one-batch fit's search starts, or None: the
-        jitter then follows the noise the search finds (see
-        :func:`skgp_sparse.fit.search.run_collapsed`; several mixed outputs answer a floor)."""
-        return None
+        """The smallest noise variance a one-batch fit's search may reach, where it should
+        set the jitter from the start, or None: the jitter then follows the noise the
+        search finds (:func:`skgp_sparse.fit.search.run_collapsed`).
+
+        Several outputs mixed through a learned W with learned noises answer a floor. The
+        jitter that follows the noise costs them a second search: their noises fall from
+        their start (0.1) to near the floor (1e-3 under ``n_latent``), so the first
+        search's jitter is a hundred times what the noise found allows, and the search is
+        run again from its end with a fresh quasi-Newton memory. Set for the floor at the
+        start, the jitter is small against every noise the search can reach and one search
+        does, in less time and with steadier results (docs/constants.md).
+        """
+        if not self.outputs.learned or self.noise is None or not self.noise.learned:
+            return None
+        return float(np.min(np.exp(np.asarray(self.noise.log_bounds[0], dtype=np.float64))))
 
     def collapses(self):
         """Whether :meth:`collapsed_evaluate` answers: the bound with q(u) optimal exists in
-        closed form (:meth:`natural_step_is_exact`), the basis writes it in one pass
-        (``has_collapsed_bound``), and every row's noise is the one learned variance (no known
+        closed form (:meth:`natural_step_is_exact`, or the joint q of mixed outputs:
+        :meth:`solves_q_in_closed_form`), the basis writes it in one pass
+        (``has_collapsed_bound``), and every row's noise is the learned variance (no known
         per-row noise, no latent white noise)."""
         return (
-            self.natural_step_is_exact()
+            (self.natural_step_is_exact() or self.solves_q_in_closed_form())
             and self.basis.has_collapsed_bound
             and self.noise is not None
             and self.latent_noise is None
@@ -445,13 +556,17 @@ class VariationalModel:
         """The bound on the rows (X, Y), counted as all N, with q(u) at its optimum there,
         and its gradient in every parameter Adam moves (q(u) itself is not set: see
         :meth:`natural_step`). The value and gradient of :meth:`evaluate` after a natural
-        step of size one on the same rows, in one pass (see :meth:`collapses`).
+        step of size one on the same rows, in one pass (see :meth:`collapses`); for mixed
+        outputs the bound of the joint q over the latents, which the output map writes
+        (:meth:`skgp_sparse.multioutput.outputs.LinearMixing.collapsed_evaluate`).
 
         Returns
         -------
         BatchResult
             Without a tape or adjoints.
         """
+        if self.solves_q_in_closed_form():
+            return self.outputs.collapsed_evaluate(self, X, Y)
         xp = backend.namespace(X)
         Y, weights, _ = (Y, None, {}) if self.layout is None else self.layout.split(Y)
         scale = self.n_data / X.shape[0]
@@ -508,7 +623,7 @@ class VariationalModel:
         """
         xp = backend.namespace(X)
         scale = self.n_data / X.shape[0]
-        mean, var, _ = self._marginals(X, need_grad=False)
+        mean, var = self.output_marginals(X)
         Y, weights, var, extra = self._split(Y, var)
         ell, d_mean, d_var = self._weighted(weights, *self.likelihood.expected_log_lik(Y, mean, var, **extra))
         mean, d_mean, d_var = (xp.reshape(a, (-1,)) for a in in_float_of(mean, mean, d_mean, d_var))
@@ -549,12 +664,12 @@ class VariationalModel:
         observations were taken are the likelihood's own.
         """
         xp = backend.namespace(X)
-        mean, _, tape = self._marginals(X, need_grad="natural")
+        mean, _, tapes = self.latent_marginals(X, need_grad="natural")
         beta = xp.reshape(beta, (-1, 1))
         # One latent function: beta, targets and mean are all (n, 1).
         d_mean = beta * (targets - mean)
         d_var = -0.5 * beta
-        self.state = self.natural_step(BatchResult(None, {}, tape, d_mean, d_var), 1.0)
+        self.state = self.natural_step(BatchResult(None, {}, ModelTape(tapes), d_mean, d_var), 1.0)
 
     def pseudo_collapsed_evaluate(self, X, targets, beta, constant):
         """The collapsed bound of the Gaussian pseudo-model of :meth:`pseudo_observations`
@@ -571,11 +686,12 @@ class VariationalModel:
         return BatchResult(constant + bound.value, grads, None, None, None)
 
     def _add_noise_gradient(self, grads, d_log_noise):
-        """Send d ELBO / d log(noise variance) to the parameter that carries the noise: its
-        own entry of ``grads`` when learned, or the WhiteKernel terms of ``grads["theta"]``."""
+        """Send d ELBO / d log(noise variance) (one per output for several outputs) to the
+        parameter that carries the noise: its own entry of ``grads`` when learned, or the
+        WhiteKernel terms of ``grads["theta"]``."""
         d_log_noise = self.noise.scatter_gradient(d_log_noise, grads["theta"])
         if d_log_noise is not None and self.noise.learned:
-            grads["log_noise"] = np.array([d_log_noise])
+            grads["log_noise"] = np.array(d_log_noise, dtype=np.float64).reshape(-1)
 
     def _split(self, Y, var):
         """Targets, weights, latent variances and likelihood keyword arguments of a training
@@ -597,32 +713,70 @@ class VariationalModel:
         return tuple(a * weights for a in per_row)
 
     def natural_step(self, result, step):
-        """Natural-gradient step on the Gaussian blocks from a :class:`BatchResult`
-        (the state unchanged when Adam moves q)."""
+        """Natural-gradient steps of size ``step`` on every group's Gaussian blocks from a
+        :class:`BatchResult` (the state unchanged when Adam moves q): all at once where the
+        output map keeps the latents apart, otherwise a sweep over the groups in turn (see
+        :mod:`skgp_sparse.multioutput.outputs`)."""
         if not self.natural:
             return self.state
-        return self.basis.natural_step(result.tape, self.state, result.d_mean, result.d_var, step)
-
-    def land_on_optimal_q(self, X, Y):
-        """One natural step of size one on all rows (X, Y), counted as all N: q's optimum
-        where the step is exact (:meth:`natural_step_is_exact`)."""
-        self.state = self.natural_step(self.evaluate(X, Y, need_grad="natural"), 1.0)
-
-    def start_q(self, X, Y):
-        """Set q before the stream from the rows of the exact search (X, Y); nothing here:
-        the stream's first natural steps of size one land on it."""
+        tape = result.tape
+        groups, columns = list(self.groups), self.outputs.columns(self.state)
+        if tape.rows is None:
+            for g, cols in enumerate(columns):
+                groups[g] = self.basis.natural_step(tape.groups[g], groups[g], _columns(result.d_mean, cols),
+                                                    _columns(result.d_var, cols), step)
+            return self.outputs.with_groups(self.state, groups)
+        rows = tape.rows
+        xp = backend.namespace(rows.mean_g)
+        means = [rows.mean_g[:, cols] for cols in columns]
+        d_mean_g = result.d_mean
+        for g, cols in enumerate(columns):
+            if g > 0:
+                # The outputs as the earlier groups' steps left them.
+                mean_f, var_f = self.outputs.mix(self.state, xp.concat(means, axis=1), rows.var_g)
+                d_mean_f = self._likelihood_terms(rows.Y, mean_f, var_f, rows.weights, rows.extra)[1]
+                d_mean_g = rows.scale * self.outputs.unmix(self.state, d_mean_f, None)[0]
+            groups[g] = self.basis.natural_step(tape.groups[g], groups[g], d_mean_g[:, cols], result.d_var[:, cols],
+                                                step)
+            if g + 1 < len(columns):
+                means[g] = self.basis.marginals(self.kernels[g], rows.X, groups[g], self.jitter, False)[0]
+        return self.outputs.with_groups(self.state, groups)
 
     def solves_q_in_closed_form(self):
-        """Whether q's optimum over many rows has a closed form this model computes in one
-        pass (:meth:`optimal_q_over`); the multi-output model's does."""
-        return False
+        """Whether q's optimum over many rows has a closed form that sets it in one pass
+        (:meth:`optimal_q_over`): the joint q of latents mixed into several outputs, on a
+        basis whose q is one whitened Gaussian (``WHITENED_Q``), by natural steps."""
+        return self.natural and self.basis.WHITENED_Q and self.outputs.mixes
+
+    def optimal_q_over(self, chunks, scale=1.0, joint=False):
+        """Set q to its optimum on the rows of ``chunks`` (an iterable of (X, Y) in the
+        training layout), each row counted ``scale`` times, hyperparameters fixed, in
+        closed form (:meth:`solves_q_in_closed_form`; see
+        :meth:`skgp_sparse.multioutput.outputs.LinearMixing.optimal_q_over`, and ``joint``
+        there)."""
+        self.outputs.optimal_q_over(self, chunks, scale, joint)
+
+    def land_on_optimal_q(self, X, Y):
+        """q at its optimum on the rows (X, Y), counted as all N: in closed form where the
+        model has one, else one natural step of size one (the optimum where the step is
+        exact, :meth:`natural_step_is_exact`)."""
+        if self.solves_q_in_closed_form():
+            self.optimal_q_over([(X, Y)], scale=self.n_data / X.shape[0])
+        else:
+            self.state = self.natural_step(self.evaluate(X, Y, need_grad="natural"), 1.0)
+
+    def start_q(self, X, Y):
+        """Set q before the stream from the rows of the exact search (X, Y): at its optimum
+        there where the closed form gives it (the sweeps of the stream's warm-up would take
+        long to get there); otherwise nothing, the stream's first natural steps land on it."""
+        if self.solves_q_in_closed_form():
+            self.land_on_optimal_q(X, Y)
 
     def expected_log_lik_sum(self, chunks):
         """sum_n E_q[log p(y_n | f(x_n))] over the rows of ``chunks``, an iterable of (X, Y)."""
         total = 0.0
         for xb, yb in chunks:
-            mean, var, _ = self._marginals(xb, need_grad=False)
-            var = self._per_latent_var(mean, var)
+            mean, var = self.output_marginals(xb)
             yb, weights, var, extra = self._split(yb, var)
             total += _total(self._weighted(weights, self.likelihood.expected_log_lik(yb, mean, var, **extra)[0])[0])
         return total
@@ -643,19 +797,74 @@ class VariationalModel:
         pieces = rows_per_kernel(chunks, len(self.distinct_kernels()[0]))
         return scale * self.expected_log_lik_sum(pieces) - self._kl()
 
-    def _kl(self, tape=None):
+    def _group_kl(self, tapes=None):
+        """The sum over the groups of KL(q || prior) (one group's as the basis answers it:
+        a float, or a 0-d array of the state's library); tapes of the current parameters
+        save recomputing kernel matrices."""
+        tapes = [None] * len(self._kernels) if tapes is None else tapes
+        kls = [self.basis.kl_divergence(kernel, group, self.jitter, tape)
+               for kernel, group, tape in zip(self.kernels, self.groups, tapes)]
+        return kls[0] if len(kls) == 1 else sum(float(kl) for kl in kls)
+
+    def _kl(self):
         """KL(q || prior) as a float (for a 0-d array of another library, one float back
-        to the host; within :func:`skgp_sparse.linalg.deferred_checks` it stays there); a
-        tape of the current parameters saves recomputing kernel matrices."""
-        kl = self.basis.kl_divergence(self.kernel, self.state, self.jitter, tape)
+        to the host; within :func:`skgp_sparse.linalg.deferred_checks` it stays there): the
+        joint q's where a finished fit of mixed outputs holds it, else the groups'."""
+        joint = self.outputs.joint_kl(self.state)
+        if joint is not None:
+            return joint
+        kl = self._group_kl()
         return kl if pending_flags() is not None else float(kl)
 
     def diagnostics(self):
-        """The basis's diagnostics of the current state (``{}`` when it offers none)."""
-        return self.basis.diagnostics(self.kernel, self.state, self.jitter)
+        """The basis's diagnostics of every group (``{}`` when it offers none), named as
+        Adam names the group's fields."""
+        out = {}
+        for g, (kernel, group) in enumerate(zip(self.kernels, self.groups)):
+            for name, value in self.basis.diagnostics(kernel, group, self.jitter).items():
+                out[self._field_name(name, g)] = value
+        return out
 
     def predictor(self):
-        return self.basis.make_predictor(self.kernel, self.state, self.jitter)
+        """The fitted model frozen into arrays: the basis's predictor of each group, as the
+        output map joins them."""
+        parts = [self.basis.make_predictor(kernel, group, self.jitter)
+                 for kernel, group in zip(self.kernels, self.groups)]
+        return self.outputs.predictor(self, parts)
+
+
+@dataclass
+class SweepRows:
+    """What a sweep of natural steps over coupled groups re-evaluates: a minibatch's rows,
+    their targets, weights and likelihood arguments, its scale, and the latents' marginals."""
+
+    X: object
+    Y: object
+    weights: object
+    extra: dict
+    scale: float
+    mean_g: object
+    var_g: object
+
+
+@dataclass
+class ModelTape:
+    """What the natural steps and the reverse pass need of a minibatch's forward pass."""
+
+    #: Each group's basis tape.
+    groups: list
+    #: :class:`SweepRows` where the output map couples the latents, else None.
+    rows: SweepRows = None
+
+
+def _columns(a, cols):
+    """The columns ``cols`` (a slice) of ``a``, or ``a`` itself for None."""
+    return a if cols is None else a[:, cols]
+
+
+def _host64(a):
+    """``a`` as a float64 numpy array (one read from a device)."""
+    return np.asarray(backend.to_numpy(a), dtype=np.float64)
 
 
 def _elbo_estimate(scale, ell_sum, kl):

@@ -33,7 +33,7 @@ def model(closed_form=True, exact=True, conjugate=True, natural=True, joint=Fals
         natural_step_is_exact=lambda jointly=True: exact,
         takes_pseudo_observations=lambda: False,
         solves_q_in_closed_form=lambda: joint,
-        learns_mixing=lambda: False,
+        outputs=types.SimpleNamespace(learned=False),
         natural=natural, learn_hyperparameters=learns, n_data=0,
         likelihood=types.SimpleNamespace(conjugate=conjugate),
     )

@@ -23,7 +23,7 @@ from skgp_sparse.bases import BASES
 from skgp_sparse.elbo import VariationalModel, rows_per_kernel
 from skgp_sparse.kernels import compile_kernel
 from skgp_sparse.likelihoods import GaussianLikelihood, OutputGaussianLikelihood, OutputNoise
-from skgp_sparse.multioutput import MixedModel, MixedState, collapsed
+from skgp_sparse.multioutput import MixedState, collapsed
 from skgp_sparse.multioutput.mixing import initial_mixing
 
 from ._gradcheck import assert_adam_gradients_match
@@ -67,8 +67,8 @@ def _model(n_latent=2, n_outputs=3, m=6, seed=0, basis="coupled", random_q=True,
     offset = 0.3 * rng.standard_normal(n_outputs) if learned else np.zeros(n_outputs)
     state = MixedState(groups, W, mixing_learned=learned, offset=offset)
     noise = OutputNoise(rng.uniform(0.05, 0.3, n_outputs) if noise is None else noise, (np.log(1e-4), np.log(10.0)))
-    return MixedModel(basis, _kernels(n_latent), OutputGaussianLikelihood(noise.value), state,
-                      X.shape[0] if n_data is None else n_data, noise, jitter=1e-10)
+    return VariationalModel(basis, _kernels(n_latent), OutputGaussianLikelihood(noise.value), state,
+                            X.shape[0] if n_data is None else n_data, noise, jitter=1e-10)
 
 
 # --- the dense oracle ----------------------------------------------------------------------
@@ -139,7 +139,7 @@ def _dense_collapsed(model, X, Y):
 def test_mixed_marginals_and_output_covariance_match_the_dense_latent_model(n_latent, n_outputs):
     model = _model(n_latent, n_outputs)
     X = np.random.default_rng(5).uniform(-2, 2, (7, 2))
-    mean, var, _ = model._marginals(X, need_grad=False)
+    mean, var = model.output_marginals(X)
     dense_mean, dense_cov = _dense_marginals(model, X)
     np.testing.assert_allclose(mean, dense_mean, atol=1e-9)
     np.testing.assert_allclose(var, np.diagonal(dense_cov, axis1=1, axis2=2), atol=1e-9)
@@ -190,9 +190,9 @@ def test_collapsed_bound_of_independent_outputs_is_the_sum_of_single_output_boun
     Z = X[:6].copy()
     noise = rng.uniform(0.05, 0.3, 3)
     state = MixedState((BASES["coupled"].init_state(Z, 3, 3),), np.eye(3), mixing_learned=False, offset=np.zeros(3))
-    model = MixedModel("coupled", [kernel], OutputGaussianLikelihood(noise), state, 30,
-                       OutputNoise(noise, (-5.0, 2.0)), jitter=1e-10)
-    assert not model.coupled and model.natural_step_is_exact()
+    model = VariationalModel("coupled", [kernel], OutputGaussianLikelihood(noise), state, 30,
+                             OutputNoise(noise, (-5.0, 2.0)), jitter=1e-10)
+    assert not model.outputs.couples(model.state) and model.natural_step_is_exact()
     total = 0.0
     for p in range(3):
         seen = ~np.isnan(Y[:, p])
@@ -212,9 +212,9 @@ def test_collapsed_bound_gradients_of_latents_left_apart_match_finite_difference
     kernels = _kernels(3)
     state = MixedState((BASES["coupled"].init_state(X[:5].copy(), 1, 1),) * 3, np.eye(3), mixing_learned=False,
                        offset=np.zeros(3))
-    model = MixedModel("coupled", kernels, OutputGaussianLikelihood(noise), state, 25,
-                       OutputNoise(noise, (-5.0, 2.0)), jitter=1e-10)
-    assert not model.coupled
+    model = VariationalModel("coupled", kernels, OutputGaussianLikelihood(noise), state, 25,
+                             OutputNoise(noise, (-5.0, 2.0)), jitter=1e-10)
+    assert not model.outputs.couples(model.state)
     assert_adam_gradients_match(model, X, Y, collapsed=True, rtol=1e-5, atol=1e-5)
 
 
@@ -294,7 +294,7 @@ def test_bound_gradients_match_finite_differences_on_every_basis(basis):
     groups = tuple(BASES[basis].init_state(Z, 1, 1, n_orthogonal=n_orthogonal, **options) for _ in range(n_latent))
     state = MixedState(groups, rng.standard_normal((3, n_latent)), mixing_learned=True, offset=np.full(3, 0.2))
     noise = OutputNoise([0.1, 0.2, 0.15], (-5.0, 2.0))
-    model = MixedModel(basis, kernels, OutputGaussianLikelihood(noise.value), state, 20, noise, jitter=1e-8)
+    model = VariationalModel(basis, kernels, OutputGaussianLikelihood(noise.value), state, 20, noise, jitter=1e-8)
     # Move q off the prior by a natural step, so that every adjoint is exercised.
     model.state = model.natural_step(model.evaluate(X, Y, need_grad="natural"), 0.5)
     assert_adam_gradients_match(model, X, Y, rtol=2e-5, atol=2e-5)
@@ -310,8 +310,8 @@ def test_identity_mixing_equals_independent_single_output_models():
     groups = tuple(_random_group("coupled", Z, 1, rng) for _ in range(2))
     noise = np.array([0.1, 0.3])
     state = MixedState(groups, np.eye(2), mixing_learned=False, offset=np.zeros(2))
-    model = MixedModel("coupled", kernels, OutputGaussianLikelihood(noise), state, 30,
-                       OutputNoise(noise, None), jitter=1e-10)
+    model = VariationalModel("coupled", kernels, OutputGaussianLikelihood(noise), state, 30,
+                             OutputNoise(noise, None), jitter=1e-10)
     total = 0.0
     for p in range(2):
         seen = ~np.isnan(Y[:, p])
@@ -380,8 +380,8 @@ def test_independent_outputs_need_one_natural_step():
     state = MixedState((BASES["coupled"].init_state(X[:6].copy(), 3, 3),), np.eye(3), mixing_learned=False,
                        offset=np.zeros(3))
     noise = np.array([0.1, 0.2, 0.3])
-    model = MixedModel("coupled", [kernel], OutputGaussianLikelihood(noise), state, 30, OutputNoise(noise, None),
-                       jitter=1e-10)
+    model = VariationalModel("coupled", [kernel], OutputGaussianLikelihood(noise), state, 30, OutputNoise(noise, None),
+                             jitter=1e-10)
     model.state = model.natural_step(model.evaluate(X, Y, need_grad="natural"), 1.0)
     np.testing.assert_allclose(model.evaluate(X, Y, need_grad=False).elbo, model.collapsed_evaluate(X, Y).elbo,
                                rtol=1e-9)
@@ -601,7 +601,7 @@ def test_joint_q_in_closed_form_attains_the_collapsed_bound_and_its_variances():
             phi = np.concatenate([W[p, l] * (proj_s[l][n] @ low[l]) for l in range(3)])
             prior = sum(W[p, l] ** 2 * (kdiag_s[l][n] - proj_s[l][n] @ kuu[l] @ proj_s[l][n]) for l in range(3))
             want = prior + phi @ cov @ phi
-            np.testing.assert_allclose(model._marginals(Xs[n:n + 1], False)[1][0, p], want, rtol=1e-8)
+            np.testing.assert_allclose(model.output_marginals(Xs[n:n + 1])[1][0, p], want, rtol=1e-8)
             np.testing.assert_allclose(model.predictor().latent(None, Xs[n:n + 1])[1][0, p], want, rtol=1e-8)
 
 

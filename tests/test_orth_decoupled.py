@@ -169,7 +169,7 @@ def test_gradients_with_beta_in_the_whitened_form():
     """Fewer rows than twice |beta|: the coupled tape of beta is the whitened one (the
     tests above run the folded one)."""
     model, X, Y = make_problem(n=8, mb=5, p=2, seed=16)
-    assert isinstance(model.evaluate(X, Y).tape.beta, coupled.WhitenedTape)
+    assert isinstance(model.evaluate(X, Y).tape.groups[0].beta, coupled.WhitenedTape)
     assert_adam_gradients_match(model, X, Y)
 
 
@@ -222,7 +222,7 @@ def test_backward_twice_over_one_tape(kl_columns):
     state = random_state(rng.uniform(-2, 2, size=(11, 2)), 4, 1, 1, rng, kl_columns=kl_columns)
     model = VariationalModel(orth_decoupled, kernel, GaussianLikelihood(0.2), state, 25)
     result = model.evaluate(X, Y)
-    again = orth_decoupled.backward(result.tape, state, result.d_mean, result.d_var, model.learn_fields)
+    again = orth_decoupled.backward(result.tape.groups[0], state, result.d_mean, result.d_var, model.learn_fields)
     np.testing.assert_allclose(again[0], result.grads["theta"], rtol=1e-12)
     for name in model.learn_fields:
         np.testing.assert_allclose(again[1][name], result.grads[name], rtol=1e-12, atol=1e-14, err_msg=name)
@@ -377,7 +377,7 @@ def test_column_sampled_kl_and_its_gradient_are_unbiased():
     kls, grads = [], {name: [] for name in ("orth_mean", "orthogonal", "theta", "inducing")}
     for _ in range(3000):
         result = model.evaluate(X, Y)
-        kls.append(orth_decoupled.kl_divergence(model.kernel, model.state, model.jitter, result.tape))
+        kls.append(orth_decoupled.kl_divergence(model.kernel, model.state, model.jitter, result.tape.groups[0]))
         for name in grads:
             grads[name].append(result.grads[name])
     kls = np.array(kls)
@@ -422,11 +422,11 @@ def test_evaluations_without_gradients_build_no_derivative_tapes(options):
     full = model.evaluate(X, Y)
     lazy = NoDerivatives(model.kernel)
     mean, var, tape = orth_decoupled.marginals(lazy, X, model.state, model.jitter, need_grad="natural")
-    np.testing.assert_allclose(mean, full.tape.mean, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(mean, full.tape.groups[0].mean, rtol=1e-10, atol=1e-12)
     # The natural step from that tape is the one from the full tape.
     d_mean, d_var = full.d_mean, full.d_var
     a = orth_decoupled.natural_step(tape, model.state, d_mean, d_var, 0.5)
-    b = orth_decoupled.natural_step(full.tape, model.state, d_mean, d_var, 0.5)
+    b = orth_decoupled.natural_step(full.tape.groups[0], model.state, d_mean, d_var, 0.5)
     np.testing.assert_allclose(a.q_mean, b.q_mean, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(a.q_sqrt, b.q_sqrt, rtol=1e-9, atol=1e-12)
     mean2, var2, none = orth_decoupled.marginals(lazy, X, model.state, model.jitter, need_grad=False)

@@ -10,7 +10,7 @@ from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 
 from skgp_sparse import SparseGPClassifier, SparseGPRegressor
 from skgp_sparse.bases import SEARCH_BASIS
-from skgp_sparse.multioutput import MixedModel
+from skgp_sparse.multioutput import MixedState
 
 rng = np.random.default_rng(3)
 X = rng.uniform(-2, 2, size=(300, 2))
@@ -79,7 +79,7 @@ def test_search_model_of_several_outputs_keeps_the_groups_and_the_ties(params):
     Y[::7, 1] = np.nan
     model = fitted_model(SparseGPRegressor(n_inducing=8, max_iter=2, random_state=0, **params), Y)
     search = model.search_model(300)
-    assert isinstance(search, MixedModel) and search.basis is SEARCH_BASIS
+    assert isinstance(search.state, MixedState) and search.basis is SEARCH_BASIS
     assert search.state.widths == model.state.widths
     np.testing.assert_array_equal(search.state.mixing, model.state.mixing)
     assert search.state.mixing_learned == model.state.mixing_learned

@@ -230,10 +230,10 @@ def test_gradients_in_the_whitened_form_match_finite_differences(natural):
     """Fewer rows than twice the larger set: the whitened form (the tests above run the
     folded one, checked here too)."""
     model, X, Y = make_problem(n=9, m=5, m2=4, p=2, seed=24, natural=natural)
-    assert model.evaluate(X, Y).tape.inv_u is None
+    assert model.evaluate(X, Y).tape.groups[0].inv_u is None
     assert_adam_gradients_match(model, X, Y)
     folded, X2, Y2 = make_problem(p=2, seed=24, natural=natural)
-    assert folded.evaluate(X2, Y2).tape.inv_u is not None
+    assert folded.evaluate(X2, Y2).tape.groups[0].inv_u is not None
 
 
 @pytest.mark.parametrize("p, n_cov", [(1, 1), (2, 1), (2, 2)])
@@ -269,14 +269,14 @@ def test_ill_conditioned_factors_keep_the_whitened_form(monkeypatch):
     the coupled basis's bound (lowered here to what this problem has) a training step
     keeps the whitened form."""
     model, X, Y = make_problem(seed=26)
-    tape = model.evaluate(X, Y).tape
+    tape = model.evaluate(X, Y).tape.groups[0]
     bounds = [float(coupled.condition_bound(low, inv, np)) for low, inv in ((tape.low_u, tape.inv_u),
                                                                            (tape.low_v, tape.inv_v))]
     for limit in bounds:
         monkeypatch.setattr(coupled, "FOLDED_FORM_MAX_CONDITION", 0.99 * limit)
-        assert model.evaluate(X, Y).tape.inv_u is None
+        assert model.evaluate(X, Y).tape.groups[0].inv_u is None
     monkeypatch.setattr(coupled, "FOLDED_FORM_MAX_CONDITION", 1.01 * max(bounds))
-    assert model.evaluate(X, Y).tape.inv_u is not None
+    assert model.evaluate(X, Y).tape.groups[0].inv_u is not None
 
 
 class NoDerivatives:
@@ -305,7 +305,7 @@ def test_natural_only_evaluations_build_no_derivative_tapes(m2):
     reference = solve.marginals(model.kernel, X, model.state, model.jitter, need_grad=False)[0]
     np.testing.assert_allclose(mean, reference, rtol=1e-9, atol=1e-12)
     a = solve.natural_step(tape, model.state, full.d_mean, full.d_var, 0.5)
-    b = solve.natural_step(full.tape, model.state, full.d_mean, full.d_var, 0.5)
+    b = solve.natural_step(full.tape.groups[0], model.state, full.d_mean, full.d_var, 0.5)
     for name in ("q_mean", "q_sqrt", "q_mean_orthogonal", "q_sqrt_orthogonal"):
         np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=1e-9, atol=1e-12, err_msg=name)
 

@@ -10,6 +10,10 @@ A subclass says only what differs, through these methods:
 - ``_make_likelihood(kernel)``: the likelihood object and, for a Gaussian likelihood,
   the :class:`~skgp_sparse.likelihoods.NoiseParameter` that carries its noise;
 - ``_latent_shape()``: the number of latent functions and of covariances of q(u);
+- ``_latent_groups()``, ``_group_state(groups)`` and ``_group_kernels(kernel, n)``: where
+  the model has several latent groups (the regressor's several outputs), their shapes,
+  the state that joins them to the outputs and each group's kernel; by default one group
+  of ``_latent_shape()`` with the kernel as given;
 - ``_known_noise(n_rows)``: the per-row known noise variance (None when there is none);
 - ``_record_targets(model)``: fitted attributes of the subclass's own.
 
@@ -75,27 +79,52 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         return True
 
     def _build_model(self, kernel, state, n_data):
-        likelihood, noise = self._make_likelihood(kernel)
+        """The :class:`VariationalModel` of ``state`` over ``n_data`` rows: ``kernel`` a
+        compiled kernel (a fresh model's, which ``_group_kernels`` hands to each group) or
+        the list of the groups' kernels (a rebuilt one's)."""
+        groups = state.output_map().groups(state)
+        kernels = list(kernel) if isinstance(kernel, (list, tuple)) else self._group_kernels(kernel, len(groups))
+        likelihood, noise = self._make_likelihood(kernels[0])
         # Without an input derivative (kernels on scikit-learn's API) Z cannot be learned;
         # _initial_model says so once per fit.
-        learn_inducing = self.learn_inducing and kernel.has_input_gradient
+        learn_inducing = self.learn_inducing and kernels[0].has_input_gradient
+        smallest_noise = None if noise is None else float(np.min(noise.value))
         return VariationalModel(
-            BASES[self.basis], kernel, likelihood, state, n_data, noise=noise,
+            BASES[self.basis], kernels, likelihood, state, n_data, noise=noise,
             learn_inducing=learn_inducing,
-            jitter=starting_jitter(self.jitter, kernel, state.inducing, None if noise is None else noise.value),
+            jitter=starting_jitter(self.jitter, kernels[0], state.inducing, smallest_noise),
             natural=self.variational_optimizer == "natural",
-            latent_noise=latent_white_noise(kernel) if self._latent_noise_from_white() else None,
+            latent_noise=latent_white_noise(kernels[0]) if self._latent_noise_from_white() else None,
             # optimizer=None (GPR's meaning): the kernel and likelihood stay as given.
             learn_hyperparameters=self.optimizer is not None,
         )
 
     def _fitted_model(self, n_data):
         """The fitted parameters as a :class:`VariationalModel` over ``n_data`` rows."""
-        kernel = compile_kernel(self.kernel_, white_as_noise=True)
-        model = self._build_model(kernel, self.variational_state_.copy(), n_data)
+        kernels = [compile_kernel(k, white_as_noise=True) for k in self._fitted_kernels()]
+        state = self.variational_state_.copy()
+        n_groups = len(state.output_map().groups(state))
+        # One fitted kernel for several groups: their hyperparameters are tied.
+        model = self._build_model(kernels * n_groups if len(kernels) == 1 else kernels, state, n_data)
         self._restore_likelihood(model)
         model.jitter = self.jitter_
         return model
+
+    def _fitted_kernels(self):
+        """The fitted kernel of each latent group, or one shared by every group."""
+        return [self.kernel_]
+
+    def _latent_groups(self):
+        """(latent functions, covariances) of each latent group of q(u): one group."""
+        return [self._latent_shape()]
+
+    def _group_state(self, groups):
+        """The model's state made of the groups' basis states: the one group's own."""
+        return groups[0]
+
+    def _group_kernels(self, kernel, n_groups):
+        """The compiled kernel of each of a fresh model's ``n_groups`` latent groups."""
+        return [kernel] * n_groups
 
     def _restore_likelihood(self, model):
         """Put the fitted likelihood parameters back into a rebuilt model (none by default)."""
@@ -135,12 +164,15 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         return self._build_model(kernel, self._init_state(Z, n_orthogonal, rng), n_data)
 
     def _init_state(self, Z, n_orthogonal, rng):
-        """q(u) at the prior on the inducing inputs Z (the second set's size ``n_orthogonal``)."""
-        n_outputs, n_covariances = self._latent_shape()
-        return BASES[self.basis].init_state(
-            Z, n_outputs=n_outputs, n_covariances=n_covariances, n_orthogonal=n_orthogonal,
-            **BASES[self.basis].init_options(self.get_params(deep=False), rng),
-        )
+        """q(u) at the prior on the inducing inputs Z (the second set's size ``n_orthogonal``),
+        for every latent group."""
+        basis = BASES[self.basis]
+        groups = [
+            basis.init_state(Z, n_outputs=n_outputs, n_covariances=n_covariances, n_orthogonal=n_orthogonal,
+                             **basis.init_options(self.get_params(deep=False), rng))
+            for n_outputs, n_covariances in self._latent_groups()
+        ]
+        return self._group_state(groups)
 
     def _missing_entries(self, y):
         """y with its missing entries filled for validation, and where they are (None: y

@@ -12,13 +12,11 @@ from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .. import backend
-from ..bases import BASES
 from ..kernels import compile_kernel
 from ..likelihoods import (GaussianLikelihood, NoiseParameter, OutputGaussianLikelihood, OutputNoise,
                            PoissonLikelihood, StudentTLikelihood)
-from ..multioutput import MixedModel, MixedPredictor, MixedState, initial_mixing
+from ..multioutput import MixedPredictor, MixedState, initial_mixing
 from ._base import SparseGPBase
-from ..fit.jitter import starting_jitter
 from ._multioutput import check_observed_columns, latent_kernels, observed_moments, observed_r2, split_missing
 from ._docs import fill_docstring
 from ..fit.placement import is_dask_collection
@@ -346,6 +344,11 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
 
     def _make_likelihood(self, kernel):
         if self._mixes_outputs():
+            if NoiseParameter(kernel, 1.0, None).from_kernel:
+                raise ValueError(
+                    "the kernel has a WhiteKernel term, but with n_latent or missing_targets='mask' each output "
+                    "learns its own noise variance (noise_variance_): remove the WhiteKernel and set "
+                    "noise_variance (and noise_variance_bounds) instead")
             noise = OutputNoise(np.broadcast_to(self.noise_variance, self._y_train_mean.shape), self._log_noise_bounds())
             return OutputGaussianLikelihood(noise.value), noise
         if self.likelihood == "gaussian":
@@ -395,48 +398,25 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
     def _missing_entries(self, y):
         return split_missing(y, self.missing_targets)
 
-    def _init_state(self, Z, n_orthogonal, rng):
+    def _latent_groups(self):
+        # Independent outputs: one group of P latents, each with its own covariance; the
+        # LMC: n_latent groups of one latent, each with its own kernel.
         if not self._mixes_outputs():
-            return super()._init_state(Z, n_orthogonal, rng)
-        basis = BASES[self.basis]
+            return super()._latent_groups()
         n_outputs = self._y_train_mean.shape[0]
-        widths = [n_outputs] if self.n_latent is None else [1] * self.n_latent
-        groups = tuple(
-            basis.init_state(Z, n_outputs=w, n_covariances=w, n_orthogonal=n_orthogonal,
-                             **basis.init_options(self.get_params(deep=False), rng))
-            for w in widths
-        )
+        return [(n_outputs, n_outputs)] if self.n_latent is None else [(1, 1)] * self.n_latent
+
+    def _group_state(self, groups):
+        if not self._mixes_outputs():
+            return super()._group_state(groups)
+        n_outputs = self._y_train_mean.shape[0]
         mixing = np.eye(n_outputs) if self.n_latent is None else self._mixing_start
-        return MixedState(groups, mixing, mixing_learned=self.n_latent is not None, offset=np.zeros(n_outputs))
+        return MixedState(tuple(groups), mixing, mixing_learned=self.n_latent is not None,
+                          offset=np.zeros(n_outputs))
 
-    def _build_model(self, kernel, state, n_data):
-        if not isinstance(state, MixedState):
-            return super()._build_model(kernel, state, n_data)
-        # A fresh LMC's latents start at spread length scales; a rebuilt one (a list) as fitted.
-        kernels = list(kernel) if isinstance(kernel, (list, tuple)) else latent_kernels(kernel, len(state.groups))
-        if NoiseParameter(kernels[0], 1.0, None).from_kernel:
-            raise ValueError(
-                "the kernel has a WhiteKernel term, but with n_latent or missing_targets='mask' each output "
-                "learns its own noise variance (noise_variance_): remove the WhiteKernel and set noise_variance "
-                "(and noise_variance_bounds) instead")
-        likelihood, noise = self._make_likelihood(kernels[0])
-        learn_inducing = self.learn_inducing and kernels[0].has_input_gradient
-        return MixedModel(
-            BASES[self.basis], kernels, likelihood, state, n_data, noise, learn_inducing=learn_inducing,
-            jitter=starting_jitter(self.jitter, kernels[0], state.inducing, float(np.min(noise.value))),
-            natural=self.variational_optimizer == "natural", learn_hyperparameters=self.optimizer is not None,
-        )
-
-    def _fitted_model(self, n_data):
-        if not isinstance(getattr(self, "variational_state_", None), MixedState):
-            return super()._fitted_model(n_data)
-        kernels = [compile_kernel(k, white_as_noise=True) for k in self._fitted_kernels()]
-        tied = self.n_latent is None
-        model = self._build_model(kernels * len(self.variational_state_.groups) if tied else kernels,
-                                  self.variational_state_.copy(), n_data)
-        self._restore_likelihood(model)
-        model.jitter = self.jitter_
-        return model
+    def _group_kernels(self, kernel, n_groups):
+        # A fresh LMC's latents start at spread length scales (a copy for one group).
+        return latent_kernels(kernel, n_groups) if self._mixes_outputs() else super()._group_kernels(kernel, n_groups)
 
     def _fitted_kernels(self):
         """The fitted kernels of the latent groups (one, shared, for independent outputs)."""
@@ -544,7 +524,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
     def _record_targets(self, model):
         for name in ("mixing_matrix_", "latent_kernels_"):
             self.__dict__.pop(name, None)
-        if isinstance(model, MixedModel) and self.n_latent is not None:
+        if model.outputs.learned:
             self.mixing_matrix_ = np.array(backend.to_numpy(model.state.mixing), dtype=np.float64)
             self.latent_kernels_ = [k.to_sklearn() for k in model.kernels]
         if model.noise is not None:

@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import backend as be
 from ..linalg import copy_array
+from ..outputs import IDENTITY
 
 #: The key of a field's metadata that marks it as a cache ("kept" or "transient").
 _CACHE = "skgp_sparse.cache"
@@ -55,6 +56,11 @@ class VariationalState:
             if f.init and f.metadata.get(_CACHE) != "transient":
                 values[f.name] = _copied(getattr(self, f.name), f.name)
         return type(self)(**values)
+
+    def output_map(self):
+        """How the state's latents become the outputs (:mod:`skgp_sparse.outputs`): a
+        basis's state is one latent group whose latents are the outputs."""
+        return IDENTITY
 
     def drop_caches(self):
         """Forget what can be recomputed (before a fitted model is stored and pickled)."""

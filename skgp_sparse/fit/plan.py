@@ -178,7 +178,7 @@ def lmc_streams(model, one_batch):
     """Whether the fit is an LMC's minibatch stream: several outputs mixed through a learned
     W (``n_latent``), not in one batch (a one-batch LMC is the search of its collapsed bound,
     unchanged). Independent outputs (a fixed W) and single outputs are not."""
-    return not one_batch and model.learns_mixing()
+    return not one_batch and model.outputs.learned
 
 
 def batch_rows(batch_size, n_rows, collapses):

@@ -260,7 +260,7 @@ def run_collapsed(settings, plan, model, rows, Y, rng):
     floor = model.search_noise_floor()
     if settings.jitter == "auto" and floor is not None:
         # The model asks for the jitter of its smallest noise from the start (an LMC, see
-        # MixedModel.search_noise_floor), so that the search below need not be rerun.
+        # VariationalModel.search_noise_floor), so that the search below need not be rerun.
         model.jitter = min(model.jitter, auto_jitter(model.kernel, model.state.inducing, floor))
     options = dict(scales=scales, verbose=settings.verbose, max_iter=settings.max_iter, tol=settings.tol)
     search = optimise_collapsed(model, X, Y, optimizer, settings.n_restarts_optimizer, rng, plan.q_solver, **options)

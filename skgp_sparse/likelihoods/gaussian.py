@@ -139,6 +139,23 @@ class NoiseParameter:
         if not self.from_kernel:
             self.log_value = float(np.log(value))
 
+    def packed_log_value(self):
+        """The log variance as Adam moves it: an array of shape (1,), on the device where a
+        training loop holds it there."""
+        if backend.on_device(self.log_value):
+            return backend.namespace(self.log_value).reshape(self.log_value, (1,))
+        return np.array([self.log_value])
+
+    def set_packed_log_value(self, packed):
+        """Set the log variance from :meth:`packed_log_value`'s form."""
+        self.log_value = backend.namespace(packed).reshape(packed, ()) if backend.on_device(packed) \
+            else float(packed[0])
+
+    @staticmethod
+    def total(xp, per_entry):
+        """The sum of per-entry derivatives in the one log variance."""
+        return xp.sum(per_entry)
+
     def scatter_gradient(self, d_log_noise, theta_grad):
         """Send d ELBO / d log(noise) to the parameter that carries the noise."""
         if not self.from_kernel:
@@ -242,3 +259,21 @@ class OutputNoise:
     def set_variance(self, value):
         """Set every output's noise variance (``value``: a number or one per output)."""
         self.log_value = np.log(np.array(value, dtype=np.float64).reshape(-1))
+
+    def packed_log_value(self):
+        """The log variances as Adam moves them, (P,) (a copy)."""
+        return self.log_value.copy()
+
+    def set_packed_log_value(self, packed):
+        """Set the log variances from :meth:`packed_log_value`'s form."""
+        self.log_value = np.array(backend.to_numpy(packed), dtype=np.float64).reshape(-1)
+
+    @staticmethod
+    def total(xp, per_entry):
+        """The per-output sums (P,) of per-entry derivatives (n, P) in the log variances."""
+        return xp.sum(per_entry, axis=0)
+
+    @staticmethod
+    def scatter_gradient(d_log_noise, theta_grad):
+        """The gradient in the log variances: their own (no WhiteKernel carries them)."""
+        return d_log_noise

@@ -10,16 +10,17 @@ of vector-valued inducing points.
 
 - :mod:`.mixing`: the mixing of marginals and its reverse pass;
 - :mod:`.state`: the state of every latent group and the mixing matrix;
-- :mod:`.model`: :class:`MixedModel`, the bound and the natural steps (a sweep over the
-  latents where the mixing couples them);
+- :mod:`.outputs`: :class:`LinearMixing`, the output map of
+  :class:`~skgp_sparse.elbo.VariationalModel` for several groups (the bound and q(u) of
+  the joint q in closed form, the mixed predictor);
 - :mod:`.collapsed`: the bound with the joint q(u_1..u_L) at its optimum (Gaussian noise,
   coupled basis), which the exact search maximises;
 - :mod:`.predictor`: the fitted model frozen into arrays.
 """
 
 from .mixing import initial_mixing
-from .model import MixedModel
+from .outputs import LinearMixing
 from .predictor import MixedPredictor
 from .state import MixedState
 
-__all__ = ["MixedModel", "MixedPredictor", "MixedState", "initial_mixing"]
+__all__ = ["LinearMixing", "MixedPredictor", "MixedState", "initial_mixing"]

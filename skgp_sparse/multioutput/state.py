@@ -5,6 +5,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..bases.state import VariationalState
+from .outputs import LinearMixing
 
 
 @dataclass
@@ -58,6 +59,10 @@ class MixedState(VariationalState):
     def widths(self):
         """The number of latent columns of each group."""
         return tuple(int(g.q_mean.shape[1]) for g in self.groups)
+
+    def output_map(self):
+        """W and the offsets mix the groups (:class:`.outputs.LinearMixing`)."""
+        return LinearMixing(self.mixing_learned)
 
     def columns(self):
         """The slice of the latent columns of each group."""

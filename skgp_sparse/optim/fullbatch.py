@@ -329,7 +329,7 @@ def lbfgs(obj_func, initial, bounds, n_rows, verbose=0, max_iter=15000, trust_re
 
     A start outside ``bounds`` is moved into them first, as L-BFGS-B itself does.
     ``memory``: the number of past steps L-BFGS-B keeps (scipy's ``maxcor``; 10, its
-    default and GPR's, or the model's ``SEARCH_MEMORY``). ``radius``: the trust region's
+    default and GPR's, or the model's ``search_memory``). ``radius``: the trust region's
     half-width (:data:`TRUST_RADIUS`).
 
     Returns ``(x, fun, n_iter, converged, message)`` with ``fun`` on the scale of
@@ -423,7 +423,7 @@ def optimise_collapsed(model, X, Y, optimizer, n_restarts, rng, solver, scales=N
     for start in starts:
         if optimizer == "fmin_l_bfgs_b":
             run = lbfgs(objective, start, objective.bounds, model.rows_counted, verbose, max_iter, trust_region, tol,
-                        model.SEARCH_MEMORY)
+                        model.search_memory)
         else:
             x, fun = optimizer(objective, start, objective.bounds)
             run = (x, fun, 0, True, "")

@@ -141,7 +141,7 @@ def _rounds(model, X, Y, bound, scales, verbose, max_iter, trust_region, tol):
         before = ModelSnapshot.of(model)
         x, _, iterations, _, _ = lbfgs(objective, objective.initial(), objective.bounds, model.rows_counted, verbose,
                                        min(ROUND_MAX_ITER, max_iter - n_iter), trust_region, tol,
-                                       model.SEARCH_MEMORY, radius=radius)
+                                       model.search_memory, radius=radius)
         n_iter += iterations
         evaluations += objective.n_evaluations
         objective.move(x)
