@@ -17,6 +17,7 @@ import numpy as np
 
 from . import backend
 from .bases import SEARCH_BASIS, as_basis
+from .features import InducingPoints, covariances
 from .linalg import pending_flags
 
 
@@ -101,6 +102,10 @@ class VariationalModel:
     learn_hyperparameters : bool
         Whether Adam moves the kernel hyperparameters and the noise (``optimizer=None``
         keeps them fixed).
+    features : InducingFeatures or None
+        What the inducing variables are (:mod:`skgp_sparse.features`; None: inducing
+        points). Its covariances under each kernel are resolved here, once; the basis
+        computes with them (``covariances``) wherever it needs K(u, u), K(u, f) or K(f, f).
 
     Notes
     -----
@@ -112,7 +117,7 @@ class VariationalModel:
 
     def __init__(
         self, basis, kernel, likelihood, state, n_data, noise=None, learn_inducing=True, jitter=1e-6, natural=True,
-        latent_noise=None, learn_hyperparameters=True,
+        latent_noise=None, learn_hyperparameters=True, features=None,
     ):
         basis = as_basis(basis)
         if not natural and not basis.VARIATIONAL_FIELDS:
@@ -125,6 +130,12 @@ class VariationalModel:
         n_groups = len(self.outputs.groups(state))
         if len(self._kernels) != n_groups:
             raise ValueError(f"{len(self._kernels)} kernels for {n_groups} latent groups")
+        self.features = InducingPoints() if features is None else features
+        #: The seam's covariances of the features under each group's kernel (for inducing
+        #: points, the compiled kernel itself); tied groups share one object.
+        self.covariances = _resolved(self.features, self._kernels)
+        if not self.features.learnable:
+            learn_inducing = False
         self.likelihood = likelihood
         self.state = state
         self.n_data = n_data
@@ -208,7 +219,7 @@ class VariationalModel:
         search = VariationalModel(
             SEARCH_BASIS, kernels, likelihood, state, n_rows, noise=noise,
             learn_inducing=learn_inducing and self.learns_inducing(), jitter=self.jitter, natural=self.natural,
-            latent_noise=latent_noise, learn_hyperparameters=self.learn_hyperparameters,
+            latent_noise=latent_noise, learn_hyperparameters=self.learn_hyperparameters, features=self.features,
         )
         search.layout = self.layout
         return search
@@ -375,7 +386,7 @@ class VariationalModel:
         """Every latent function's marginal mean and variance at the rows X, (n, L) each
         (latent white noise included), and each group's tape."""
         means, variances, tapes = [], [], []
-        for kernel, group in zip(self.kernels, self.groups):
+        for kernel, group in zip(self.covariances, self.groups):
             mean, var, tape = self.basis.marginals(kernel, X, group, self.jitter, need_grad)
             if tape is not None:
                 # Jitter that was needed once is kept: the next step's K_zz is almost the same.
@@ -586,7 +597,7 @@ class VariationalModel:
         """The basis's collapsed bound of Gaussian ``targets`` with per-row precisions
         ``beta`` (the jitter raised to what it needed), and its gradient in the kernel's
         hyperparameters and the learned inducing inputs."""
-        bound = self.basis.collapsed_bound(self.kernel, X, targets, beta, self.state, self.jitter)
+        bound = self.basis.collapsed_bound(self.covariances[0], X, targets, beta, self.state, self.jitter)
         self.jitter = max(self.jitter, bound.jitter)
         grads = {"theta": bound.theta_bar}
         for field in self.learn_fields:
@@ -739,7 +750,7 @@ class VariationalModel:
             groups[g] = self.basis.natural_step(tape.groups[g], groups[g], d_mean_g[:, cols], result.d_var[:, cols],
                                                 step)
             if g + 1 < len(columns):
-                means[g] = self.basis.marginals(self.kernels[g], rows.X, groups[g], self.jitter, False)[0]
+                means[g] = self.basis.marginals(self.covariances[g], rows.X, groups[g], self.jitter, False)[0]
         return self.outputs.with_groups(self.state, groups)
 
     def solves_q_in_closed_form(self):
@@ -803,7 +814,7 @@ class VariationalModel:
         save recomputing kernel matrices."""
         tapes = [None] * len(self._kernels) if tapes is None else tapes
         kls = [self.basis.kl_divergence(kernel, group, self.jitter, tape)
-               for kernel, group, tape in zip(self.kernels, self.groups, tapes)]
+               for kernel, group, tape in zip(self.covariances, self.groups, tapes)]
         return kls[0] if len(kls) == 1 else sum(float(kl) for kl in kls)
 
     def _kl(self):
@@ -820,7 +831,7 @@ class VariationalModel:
         """The basis's diagnostics of every group (``{}`` when it offers none), named as
         Adam names the group's fields."""
         out = {}
-        for g, (kernel, group) in enumerate(zip(self.kernels, self.groups)):
+        for g, (kernel, group) in enumerate(zip(self.covariances, self.groups)):
             for name, value in self.basis.diagnostics(kernel, group, self.jitter).items():
                 out[self._field_name(name, g)] = value
         return out
@@ -829,7 +840,7 @@ class VariationalModel:
         """The fitted model frozen into arrays: the basis's predictor of each group, as the
         output map joins them."""
         parts = [self.basis.make_predictor(kernel, group, self.jitter)
-                 for kernel, group in zip(self.kernels, self.groups)]
+                 for kernel, group in zip(self.covariances, self.groups)]
         return self.outputs.predictor(self, parts)
 
 
@@ -855,6 +866,15 @@ class ModelTape:
     groups: list
     #: :class:`SweepRows` where the output map couples the latents, else None.
     rows: SweepRows = None
+
+
+def _resolved(features, kernels):
+    """The covariances of ``features`` under each kernel, one object per distinct kernel."""
+    seen = {}
+    for kernel in kernels:
+        if id(kernel) not in seen:
+            seen[id(kernel)] = covariances(features, kernel)
+    return [seen[id(kernel)] for kernel in kernels]
 
 
 def _columns(a, cols):

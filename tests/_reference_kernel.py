@@ -4,9 +4,10 @@ Used to test the bases on their own, independently of skgp_sparse.kernels.
 """
 
 import numpy as np
+from skgp_sparse.kernels import PointCovariances
 
 
-class ReferenceRBF:
+class ReferenceRBF(PointCovariances):
     white_noise_level = 0.0
     white_noise_theta_index = []
     #: A host kernel: a training loop on a device's arrays keeps its theta on the host.

@@ -12,6 +12,7 @@ from skgp_sparse.likelihoods import GaussianLikelihood, NoiseParameter
 
 from ._gradcheck import assert_adam_gradients_match
 from ._reference_kernel import ReferenceRBF
+from skgp_sparse.kernels import PointCovariances
 
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 
@@ -90,7 +91,7 @@ def test_gamma_part_of_the_mean_vanishes_at_the_beta_points():
     np.testing.assert_allclose(mean_jit, 0.0, atol=1e-4 * scale)
 
 
-class FeatureKernel:
+class FeatureKernel(PointCovariances):
     """k(x, y) = phi(x)^T phi(y) with random Fourier features: a kernel whose feature space is explicit."""
 
     white_noise_level = 0.0
@@ -394,7 +395,7 @@ def test_column_sampled_kl_and_its_gradient_are_unbiased():
     assert natural.elbo == pytest.approx(exact_model.evaluate(X, Y, need_grad=False).elbo, rel=1e-12)
 
 
-class NoDerivatives:
+class NoDerivatives(PointCovariances):
     """A kernel that refuses to build derivative tapes."""
 
     def __init__(self, kernel):

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, DotProduct, WhiteKernel
 
+from skgp_sparse.features import Multiscale
 from skgp_sparse import SparseGPClassifier, SparseGPRegressor
 from skgp_sparse.persistence import trusted_types
 
@@ -31,6 +32,9 @@ def fitted_models():
     # Two classes on 20 features or more: the default kernel is a FeatureScaledRBF.
     wide = np.hstack([X, rng.normal(size=(60, 18))])
     yield SparseGPClassifier(**settings).fit(wide, binary), wide
+    # Inducing features of another kind than points.
+    yield SparseGPRegressor(RBF([1.0, 1.0]), inducing_features="multiscale", **settings).fit(X, y), X
+    yield SparseGPClassifier(RBF(1.0), inducing_features=Multiscale(0.3), **settings).fit(X, binary), X
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")

@@ -21,6 +21,7 @@ It also declares ``_data_checks``, the keyword arguments that ``validate_data`` 
 y (multi-output, numeric).
 """
 
+import dataclasses
 import inspect
 
 import numpy as np
@@ -30,6 +31,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .. import backend
 from ..bases import BASES
 from ..elbo import TargetLayout, VariationalModel
+from ..features import FITTED_ATTRIBUTES, InducingPoints, as_features, covariances, stationary_length_scales
 from ..kernels import compile_kernel
 from ._common import (
     check_basis_options,
@@ -73,31 +75,44 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         length scale per feature, each started at its feature's spread."""
         return KernelForm()
 
+    def _default_kernel_form_for(self, features, n_features):
+        """The default kernel's form for inducing ``features``: the estimator's, with an
+        RBF profile where the features' closed forms need one, and without the learned
+        constant where they have no covariances for it (see ``InducingFeatures``)."""
+        form = self._default_kernel_form(n_features)
+        if features.default_kernel_rbf:
+            form = dataclasses.replace(form, matern_nu=None)
+        if not features.takes_a_bias:
+            form = dataclasses.replace(form, bias=False)
+        return form
+
     def _latent_noise_from_white(self):
         """Whether top-level WhiteKernel terms are white noise of the latent function
         (non-Gaussian likelihoods) rather than observation noise (Gaussian)."""
         return True
 
-    def _build_model(self, kernel, state, n_data):
-        """The :class:`VariationalModel` of ``state`` over ``n_data`` rows: ``kernel`` a
-        compiled kernel (a fresh model's, which ``_group_kernels`` hands to each group) or
-        the list of the groups' kernels (a rebuilt one's)."""
+    def _build_model(self, kernel, state, n_data, features):
+        """The :class:`VariationalModel` of ``state`` over ``n_data`` rows with inducing
+        ``features``: ``kernel`` a compiled kernel (a fresh model's, which
+        ``_group_kernels`` hands to each group) or the list of the groups' kernels (a
+        rebuilt one's)."""
         groups = state.output_map().groups(state)
         kernels = list(kernel) if isinstance(kernel, (list, tuple)) else self._group_kernels(kernel, len(groups))
         likelihood, noise = self._make_likelihood(kernels[0])
         # Without an input derivative (kernels on scikit-learn's API) Z cannot be learned;
         # _initial_model says so once per fit.
         learn_inducing = self.learn_inducing and kernels[0].has_input_gradient
-        smallest_noise = None if noise is None else float(np.min(noise.value))
-        return VariationalModel(
+        model = VariationalModel(
             BASES[self.basis], kernels, likelihood, state, n_data, noise=noise,
             learn_inducing=learn_inducing,
-            jitter=starting_jitter(self.jitter, kernels[0], state.inducing, smallest_noise),
             natural=self.variational_optimizer == "natural",
             latent_noise=latent_white_noise(kernels[0]) if self._latent_noise_from_white() else None,
             # optimizer=None (GPR's meaning): the kernel and likelihood stay as given.
-            learn_hyperparameters=self.optimizer is not None,
+            learn_hyperparameters=self.optimizer is not None, features=features,
         )
+        smallest_noise = None if noise is None else float(np.min(noise.value))
+        model.jitter = starting_jitter(self.jitter, model.covariances[0], state.inducing, smallest_noise)
+        return model
 
     def _fitted_model(self, n_data):
         """The fitted parameters as a :class:`VariationalModel` over ``n_data`` rows."""
@@ -105,10 +120,16 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         state = self.variational_state_.copy()
         n_groups = len(state.output_map().groups(state))
         # One fitted kernel for several groups: their hyperparameters are tied.
-        model = self._build_model(kernels * n_groups if len(kernels) == 1 else kernels, state, n_data)
+        model = self._build_model(kernels * n_groups if len(kernels) == 1 else kernels, state, n_data,
+                                  self._fitted_features())
         self._restore_likelihood(model)
         model.jitter = self.jitter_
         return model
+
+    def _fitted_features(self):
+        """The inducing features of the fitted model (points for one fitted before they
+        were a choice)."""
+        return getattr(self, "inducing_features_", None) or InducingPoints()
 
     def _fitted_kernels(self):
         """The fitted kernel of each latent group, or one shared by every group."""
@@ -145,8 +166,9 @@ class SparseGPBase(BoundMethods, BaseEstimator):
             present = sample_weight > 0
             sample, sample_weight = sample[present], sample_weight[present]
             strata = None if strata is None else strata[present]
+        features = as_features(self.inducing_features)
         kernel = resolve_kernel(self.kernel, sample.shape[1], feature_scale(sample, sample_weight),
-                                self._default_kernel_form(sample.shape[1]))
+                                self._default_kernel_form_for(features, sample.shape[1]))
         if self.learn_inducing and not kernel.has_input_gradient:
             warn(
                 f"{type(self).__name__}: the kernel {kernel.to_sklearn()!r} has parts without an input "
@@ -155,13 +177,18 @@ class SparseGPBase(BoundMethods, BaseEstimator):
                 "skgp_sparse.kernels.COMPILED_KERNELS to learn them",
                 UserWarning,
             )
-        default = inspect.signature(type(self).__init__).parameters["n_inducing"].default
-        Z = initial_inducing_points(self.inducing_init, self.n_inducing, self.n_orthogonal, sample, kernel, rng,
-                                    n_inducing_chosen=self.n_inducing != default, strata=strata)
+        features = features.bind(sample, self.n_inducing + self.n_orthogonal, kernel)
+        if features.placed_in_input_space:
+            default = inspect.signature(type(self).__init__).parameters["n_inducing"].default
+            Z = initial_inducing_points(self.inducing_init, self.n_inducing, self.n_orthogonal, sample, kernel, rng,
+                                        n_inducing_chosen=self.n_inducing != default, strata=strata)
+            Z = features.start(Z, stationary_length_scales(kernel, Z.shape[1]))
+        else:
+            Z = features.start(None, None)
         # With fewer distinct rows than points asked for (clipped, with a warning), the
         # orthogonal set gives way first: the first set needs at least one point.
         n_orthogonal = min(self.n_orthogonal, Z.shape[0] - 1)
-        return self._build_model(kernel, self._init_state(Z, n_orthogonal, rng), n_data)
+        return self._build_model(kernel, self._init_state(Z, n_orthogonal, rng), n_data, features)
 
     def _init_state(self, Z, n_orthogonal, rng):
         """q(u) at the prior on the inducing inputs Z (the second set's size ``n_orthogonal``),
@@ -307,9 +334,12 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         # Cached matrices are recomputable; dropping them keeps pickles small.
         model.state.drop_caches()
         self.variational_state_ = model.state
-        self.inducing_points_ = model.state.inducing
+        self.inducing_features_ = model.features
+        for name in FITTED_ATTRIBUTES:
+            self.__dict__.pop(name, None)
+        self.__dict__.update(model.features.fitted_attributes(model.state.inducing))
         if model.basis.ORTHOGONAL_SET:
-            self.orthogonal_points_ = model.state.orthogonal
+            self.orthogonal_points_ = model.features.centres(model.state.orthogonal)
         self.jitter_ = model.jitter
         self.n_iter_ = history.n_epochs + (self.n_iter_ if append else 0)
         self.n_steps_ = result.steps_before + history.n_steps
@@ -346,8 +376,10 @@ class SparseGPBase(BoundMethods, BaseEstimator):
         # By name: check_is_fitted passes any estimator whose tags say it needs no fit
         # (the Gaussian regressor, whose predict gives the prior before fit).
         check_is_fitted(self, "kernel_")
-        kernel = compile_kernel(self.kernel_, white_as_noise=True)
-        white = kernel.white_noise_level if self._latent_noise_from_white() else 0.0
+        compiled = compile_kernel(self.kernel_, white_as_noise=True)
+        white = compiled.white_noise_level if self._latent_noise_from_white() else 0.0
+        # The predictor computes with the features' covariances under the fitted kernel.
+        kernel = covariances(self._fitted_features(), compiled)
         xp = dispatch_namespace(X)
         if xp is not None:
             X = device_rows_for_prediction(X, xp, self.n_features_in_, type(self).__name__)

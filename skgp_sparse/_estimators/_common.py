@@ -15,6 +15,8 @@ from sklearn.utils._param_validation import Interval, Options, StrOptions
 
 from .. import backend
 from ..bases import BASES
+from ..features import KINDS as FEATURE_KINDS
+from ..features import InducingFeatures
 from ..inducing import METHODS as INDUCING_METHODS
 from ..inducing import initial_inducing
 from ..kernels import FeatureScaledRBF, compile_kernel
@@ -40,6 +42,7 @@ COMMON_CONSTRAINTS = {
     "variational_optimizer": [StrOptions({"natural", "adam"})],
     "learn_inducing": ["boolean"],
     "inducing_init": [StrOptions(set(INDUCING_METHODS)), "array-like"],
+    "inducing_features": [StrOptions(set(FEATURE_KINDS)), InducingFeatures],
     "backend": [StrOptions({"numpy", "cupy", "torch"})],
     # numpy's types too, as scikit-learn's dtype parameters take them.
     "dtype": [StrOptions({"float64", "float32"}), Options(type, {np.float64, np.float32})],

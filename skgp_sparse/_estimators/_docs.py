@@ -45,6 +45,13 @@ SHARED_DOCS = {
         (with ``n_inducing`` at its default, the array's rows set it; a value you set must
         match them). A classifier of more than two classes runs k-means within each class:
         one point per class, the rest in proportion to the classes' sizes.""",
+    "inducing_features": """inducing_features : {"points", "multiscale"} or feature object, default="points"
+        What each inducing variable is (:mod:`skgp_sparse.features`): the latent
+        function's value at an inducing input ("points"), or its average under a Gaussian
+        window with a learned centre and learned widths ("multiscale", an RBF kernel; see
+        :class:`~skgp_sparse.features.Multiscale`, whose object also sets the windows'
+        starting width). ``n_inducing`` counts the inducing variables either way, and
+        ``inducing_init`` places the windows' centres.""",
     "optimizer": """optimizer : "fmin_l_bfgs_b", callable or None, default="fmin_l_bfgs_b"
         The optimiser of the exact search of the hyperparameters that starts every fresh
         fit (the bound with q(u) optimal for each hyperparameter, on at most 2,048 random
@@ -110,6 +117,11 @@ SHARED_DOCS = {
         Clone of ``kernel`` with the fitted hyperparameters.""",
     "inducing_points_": """inducing_points_ : ndarray of shape (n_inducing, n_features)
         Fitted inducing inputs of the covariance (and, for the coupled basis, the mean).""",
+    "inducing_features_": """inducing_features_ : InducingFeatures
+        The kind of the inducing variables the fit used (an object of
+        :mod:`skgp_sparse.features`); with Multiscale features, ``inducing_points_`` holds
+        the windows' centres and ``inducing_widths_`` (n_inducing, n_features) their
+        fitted widths.""",
     "orthogonal_points_": """orthogonal_points_ : ndarray of shape (n_orthogonal, n_features)
         Fitted inducing inputs of the orthogonal set (bases with ``n_orthogonal``).""",
     "n_iter_": """n_iter_ : int

@@ -127,6 +127,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
     %(variational_optimizer)s
     %(learn_inducing)s
     %(inducing_init)s
+    %(inducing_features)s
     %(optimizer)s
     %(n_restarts_optimizer)s
     %(jitter)s
@@ -147,6 +148,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
         The likelihood used (``"auto"`` resolved).
     %(kernel_)s
     %(inducing_points_)s
+    %(inducing_features_)s
     %(orthogonal_points_)s
     %(n_iter_)s
     %(n_steps_)s
@@ -200,6 +202,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
         variational_optimizer="natural",
         learn_inducing=True,
         inducing_init="kmeans",
+        inducing_features="points",
         optimizer="fmin_l_bfgs_b",
         n_restarts_optimizer=0,
         jitter="auto",
@@ -226,6 +229,7 @@ class SparseGPClassifier(ClassifierMixin, SparseGPBase):
         self.variational_optimizer = variational_optimizer
         self.learn_inducing = learn_inducing
         self.inducing_init = inducing_init
+        self.inducing_features = inducing_features
         self.optimizer = optimizer
         self.n_restarts_optimizer = n_restarts_optimizer
         self.jitter = jitter

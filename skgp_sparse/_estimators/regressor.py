@@ -136,6 +136,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
     %(variational_optimizer)s
     %(learn_inducing)s
     %(inducing_init)s
+    %(inducing_features)s
     noise_variance : float, default=0.1
         Initial observation-noise variance (on the normalised scale when ``normalize_y``).
     noise_variance_bounds : pair of floats >= 0, "fixed" or "auto", default="auto"
@@ -191,6 +192,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
     ----------
     %(kernel_)s
     %(inducing_points_)s
+    %(inducing_features_)s
     %(orthogonal_points_)s
     noise_variance_ : float or ndarray of shape (n_targets,)
         Fitted observation-noise variance (normalised scale when ``normalize_y``); Gaussian
@@ -261,6 +263,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         variational_optimizer="natural",
         learn_inducing=True,
         inducing_init="kmeans",
+        inducing_features="points",
         noise_variance=0.1,
         noise_variance_bounds="auto",
         alpha=0.0,
@@ -293,6 +296,7 @@ class SparseGPRegressor(RegressorMixin, SparseGPBase):
         self.variational_optimizer = variational_optimizer
         self.learn_inducing = learn_inducing
         self.inducing_init = inducing_init
+        self.inducing_features = inducing_features
         self.noise_variance = noise_variance
         self.noise_variance_bounds = noise_variance_bounds
         self.alpha = alpha

@@ -496,14 +496,14 @@ class CoupledPredictor:
 
     def latent(self, kernel, X, full_cov=False):
         """Latent mean (n, P) and variance (n, C), or covariance (C, n, n) with full_cov."""
-        kzx = kernel(self.inducing_points, X)
+        kzx = kernel.kuf(self.inducing_points, X)
         mean = mm(kzx, self.mean_weights, trans_a=True)
         xp = be.namespace(kzx)
         middle = blocks(self.middle)
         if full_cov:
-            prior = kernel(X)
+            prior = kernel.kff(X)
             return mean, xp.stack([prior + mm(kzx, mm(w, kzx), trans_a=True) for w in middle])
-        kdiag = kernel.diag(X)
+        kdiag = kernel.kff_diag(X)
         var = xp.stack([kdiag + column_dots(kzx, mm(w, kzx)) for w in middle], axis=1)
         return mean, xp.clip(var, 0.0, None)
 

@@ -448,7 +448,7 @@ def initial_factors(kzz, n_cov, sigma_init=SIGMA_INIT):
 def ensure_initialised(kernel, state, kzz=None):
     """Set Sigma and T on first use (they depend on the kernel's scale)."""
     if state.sigma_sqrt is None:
-        kzz = kernel(state.inducing) if kzz is None else kzz
+        kzz = kernel.kuu(state.inducing) if kzz is None else kzz
         state.sigma_sqrt, state.t_sqrt = initial_factors(kzz, state.n_covariances, state.settings.sigma_init)
 
 
@@ -587,7 +587,7 @@ def marginals(kernel, X, state, jitter, need_grad=True):
     then a function of K + Sigma, and every evaluation sees the same one.
     """
     Z = state.inducing
-    kzz, back_zz = kernel.vjp(Z) if need_grad else (kernel(Z), None)
+    kzz, back_zz = kernel.kuu_vjp(Z) if need_grad else (kernel.kuu(Z), None)
     kzx, back_zx, kdiag, back_diag = cross_and_diagonal(kernel, Z, X, need_grad)
     ensure_initialised(kernel, state, kzz)
     known = _refine_state(kzz, state)[0] if state.refine_t else None
@@ -633,7 +633,7 @@ def kl_divergence(kernel, state, jitter, tape=None):
 
     A 0-d array of the state's namespace (a numpy float64, a float, for numpy states).
     """
-    kzz = kernel(state.inducing) if tape is None else tape.kzz
+    kzz = kernel.kuu(state.inducing) if tape is None else tape.kzz
     ensure_initialised(kernel, state, kzz)
     if tape is None:
         known = _refine_state(kzz, state)[0] if state.refine_t else None
@@ -796,7 +796,7 @@ def make_predictor(kernel, state, jitter):
     Returns a :class:`skgp_sparse.bases.coupled.CoupledPredictor` (the same two arrays:
     ``mean_weights`` = mu, ``middle`` = W_c), so prediction too is products only.
     """
-    kzz = kernel(state.inducing)
+    kzz = kernel.kuu(state.inducing)
     ensure_initialised(kernel, state, kzz)
     if state.refine_t:
         state = state.copy()
@@ -816,7 +816,7 @@ def diagnostics(kernel, state, jitter):
         L_t - I||_F, the residual the T steps reduce (same eigenvalues, but not amplified
         by the conditioning of L_t).
     """
-    kzz = kernel(state.inducing)
+    kzz = kernel.kuu(state.inducing)
     ensure_initialised(kernel, state, kzz)
     worst, worst_factor = 0.0, 0.0
     xp = be.namespace(kzz, state.t_sqrt)

@@ -61,7 +61,6 @@ from .contract import Basis
 from .state import VariationalState, cache_field
 from .toolkit import summed_var_adjoint
 from .. import backend as be
-from ..kernels import CompiledKernel
 from ..linalg import add_to_rows, copy_array, mm, outer_over, same_values, solve_triangular
 
 #: Fields moved by Adam when the inducing inputs are learned: both sets.
@@ -229,13 +228,14 @@ def init_options(params, rng):
 
 # --- pieces of the forward pass ----------------------------------------------------------
 def _reusable(kernel, matrix):
-    """``matrix`` (a kernel matrix from ``kernel.vjp``) if its memory may be written over,
-    else None: a :class:`~skgp_sparse.kernels.CompiledKernel` hands over the matrices it
-    returns (its reverse passes keep their own copies); other kernels promise nothing.
+    """``matrix`` (a covariance matrix from ``kernel``'s ``*_vjp``) if its memory may be
+    written over, else None: a :class:`~skgp_sparse.kernels.CompiledKernel` and the
+    features' covariances hand over the matrices they return (``hands_over_matrices``:
+    their reverse passes keep their own copies); other kernels promise nothing.
     Whether the memory is then written over is :func:`~skgp_sparse.linalg.outer_over`'s
     choice (numpy's, with one column: a fresh array of that size costs its page faults on
     every step, about a tenth of an orth(128 + 1024) step at batch 1024)."""
-    return matrix if isinstance(kernel, CompiledKernel) else None
+    return matrix if getattr(kernel, "hands_over_matrices", False) else None
 
 
 def _summed(a):
@@ -267,7 +267,7 @@ class _ExactQuadratic:
     """sum_p a_p^T K_gg a_p from the whole K_gg, with its derivatives."""
 
     def __init__(self, kernel, gamma, a):
-        kgg, self.back = kernel.vjp(gamma)
+        kgg, self.back = kernel.kuu_vjp(gamma)
         self.a, self.kgg_a = a, mm(kgg, a)
         self.value = _summed(a * self.kgg_a)
         # Only its memory is needed any more: the adjoint -1/2 a a^T may be written there.
@@ -297,7 +297,7 @@ class _SampledQuadratic:
         self.cols = np.sort(rng.choice(n, columns, replace=False))
         self.scale = n / columns
         self.index = be.to_namespace(self.cols, be.namespace(gamma, a), device=be.device_of(gamma))
-        kcg, self.back = kernel.vjp(self._rows(gamma), gamma)
+        kcg, self.back = kernel.kuu_cross_vjp(self._rows(gamma), gamma)
         self.a, self.kcg, self.kcg_a = a, kcg, mm(kcg, a)
         self.value = self.scale * _summed(self._rows(a) * self.kcg_a)
 
@@ -316,7 +316,7 @@ class _SampledQuadratic:
         if not want_gamma:
             return theta_bar, _zeros_like(gamma)
         # The columns' side of K_Cg (its theta part is counted above), plus the rows' side.
-        _, back_cols = kernel.vjp(gamma, self._rows(gamma))
+        _, back_cols = kernel.kuu_cross_vjp(gamma, self._rows(gamma))
         return theta_bar, add_to_rows(back_cols(kcg_bar.T)[1], self.index, rows_bar)
 
 
@@ -336,7 +336,7 @@ def _exact_quadratic_value(kernel, state, a):
         _same_array(x, y) for x, y in zip(cache[0][1:], key[1:])
     ):
         return cache[1]
-    value = _summed(a * mm(kernel(state.orthogonal), a))
+    value = _summed(a * mm(kernel.kuu(state.orthogonal), a))
     state.quadratic_cache = ((key[0],) + tuple(copy_array(x) for x in key[1:]), value)
     return value
 
@@ -344,12 +344,13 @@ def _exact_quadratic_value(kernel, state, a):
 class _Tape:
     """The coupled tape of the beta part plus what the gamma part needs.
 
-    ``k_gamma`` is K(gamma, [X; beta]) (Mg x (B + Mb)): the two kernel matrices of gamma
-    in one call, so that one product with a gives both K_Xg a (the mean) and K_bg a (for
-    w), and one product with [G; c_bar] the gradient in a.
+    ``k_gamma`` is K(gamma, [X; beta]) (Mg x (B + Mb), ``kuf_with_set``): the two
+    covariance matrices of gamma side by side, so that one product with a gives both
+    K_Xg a (the mean) and K_bg a (for w), and one product with [G; c_bar] the gradient in
+    a; ``rows`` is X.
     """
 
-    __slots__ = ("beta", "jitter", "mean", "a", "k_gamma", "back_gamma", "n_rows", "w", "quad", "kernel", "joint")
+    __slots__ = ("beta", "jitter", "mean", "a", "k_gamma", "back_gamma", "n_rows", "w", "quad", "kernel", "rows")
 
 
 def marginals(kernel, X, state, jitter, need_grad=True):
@@ -370,11 +371,10 @@ def marginals(kernel, X, state, jitter, need_grad=True):
                                             form="auto" if need_grad else "whitened")
     gamma, beta = state.orthogonal, state.inducing
     n_rows = X.shape[0]
-    joint = _stacked_rows(X, beta)
     if with_vjp:
-        k_gamma, back_gamma = kernel.vjp(gamma, joint)
+        k_gamma, back_gamma = kernel.kuf_with_set_vjp(gamma, X, beta)
     else:
-        k_gamma, back_gamma = kernel(gamma, joint), None
+        k_gamma, back_gamma = kernel.kuf_with_set(gamma, X, beta), None
     a = state.orth_mean
     # [K_Xg a; K_bg a] in one product.
     k_a = mm(k_gamma, a, trans_a=True)
@@ -385,7 +385,7 @@ def marginals(kernel, X, state, jitter, need_grad=True):
         return mean, var, None
     tape = _Tape()
     tape.beta, tape.jitter, tape.mean, tape.kernel, tape.a, tape.w = tape_b, tape_b.jitter, mean, kernel, a, w
-    tape.k_gamma, tape.back_gamma, tape.n_rows, tape.joint = k_gamma, back_gamma, n_rows, joint
+    tape.k_gamma, tape.back_gamma, tape.n_rows, tape.rows = k_gamma, back_gamma, n_rows, X
     if not with_vjp:
         tape.quad = _CachedQuadratic(_exact_quadratic_value(kernel, state, a))
     elif state.kl_columns is None:
@@ -409,7 +409,7 @@ def kl_divergence(kernel, state, jitter, tape=None):
     if tape is None:
         low_k, _, _ = coupled.factor_kzz(kernel, state.inducing, jitter, need_grad=False)
         a = state.orth_mean
-        w = solve_triangular(low_k, mm(kernel(state.orthogonal, state.inducing), a, trans_a=True))
+        w = solve_triangular(low_k, mm(kernel.kuu_cross(state.orthogonal, state.inducing), a, trans_a=True))
         quad = _exact_quadratic_value(kernel, state, a)
     else:
         w, quad = tape.w, tape.quad.value
@@ -456,7 +456,8 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal", "orth
     theta_zx, z_zx = tb.back_zx(kzx_bar)
     theta_d = tb.back_diag(be.namespace(h).sum(h, axis=1))
     joint_bar = _stacked_rows(d_mean, c_bar)
-    k_gamma = tape.k_gamma if tape.k_gamma is not None else kernel(state.orthogonal, tape.joint)
+    k_gamma = tape.k_gamma if tape.k_gamma is not None else \
+        kernel.kuf_with_set(state.orthogonal, tape.rows, state.inducing)
     a_bar = mm(k_gamma, joint_bar) + tape.quad.a_gradient()
     # K(gamma, [X; beta]) is not needed after a_bar: its adjoint is written over it (a second
     # backward pass over this tape recomputes the matrix).
@@ -469,7 +470,7 @@ def backward(tape, state, d_mean, d_var, fields=("inducing", "orthogonal", "orth
     for name in fields:
         if name == "inducing":
             # The beta side of K_gb (the vjp above differentiates its first argument, gamma).
-            _, back_bg = kernel.vjp(state.inducing, state.orthogonal)
+            _, back_bg = kernel.kuu_cross_vjp(state.inducing, state.orthogonal)
             # A transposed view: the kernel's reverse pass lays it out as it needs.
             out[name] = z_zz + z_zx + back_bg(k_gamma_bar[:, tape.n_rows:].T)[1]
         elif name == "orthogonal":
@@ -521,7 +522,7 @@ class OrthPredictor:
         """Latent mean (n, P) and variance (n, C), or covariance (C, n, n) with full_cov."""
         mean, second = self.beta.latent(kernel, X, full_cov)
         if self.orthogonal_points.shape[0]:
-            mean = mean + mm(kernel(self.orthogonal_points, X), self.orthogonal_weights, trans_a=True)
+            mean = mean + mm(kernel.kuf(self.orthogonal_points, X), self.orthogonal_weights, trans_a=True)
         return mean, second
 
 
@@ -532,7 +533,7 @@ def make_predictor(kernel, state, jitter):
         return OrthPredictor(beta, copy_array(state.orthogonal), copy_array(state.orth_mean))
     low_k, _, _ = coupled.factor_kzz(kernel, state.inducing, jitter, need_grad=False)
     a = state.orth_mean
-    w = solve_triangular(low_k, mm(kernel(state.orthogonal, state.inducing), a, trans_a=True))
+    w = solve_triangular(low_k, mm(kernel.kuu_cross(state.orthogonal, state.inducing), a, trans_a=True))
     beta = coupled.make_predictor(kernel, _beta_view(state, state.q_mean - w), jitter)
     return OrthPredictor(beta, copy_array(state.orthogonal), copy_array(a))
 

@@ -219,9 +219,9 @@ def _factors(kernel, state, jitter, need_grad):
     m = Z.shape[0]
     points = _stack_points(Z, O)
     if need_grad:
-        k_all, back_all = kernel.vjp(points)
+        k_all, back_all = kernel.kuu_vjp(points)
     else:
-        k_all, back_all = kernel(points), None
+        k_all, back_all = kernel.kuu(points), None
     # The blocks are strided views: the primitives copy them into the layout they need.
     low_u, used_u = jittered_cholesky(k_all[:m, :m], jitter, what="K(Z, Z) of the inducing inputs")
     a_uv = solve_triangular(low_u, k_all[:m, m:])

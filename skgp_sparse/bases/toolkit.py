@@ -61,17 +61,17 @@ def cross_and_diagonal(kernel, Z, X, need_grad):
     k_cross, back_cross, kdiag, back_diag
     """
     if need_grad:
-        k_cross, back_cross = kernel.vjp(Z, X)
-        kdiag, back_diag = kernel.diag_vjp(X)
+        k_cross, back_cross = kernel.kuf_vjp(Z, X)
+        kdiag, back_diag = kernel.kff_diag_vjp(X)
         return k_cross, back_cross, kdiag, back_diag
-    return kernel(Z, X), None, kernel.diag(X), None
+    return kernel.kuf(Z, X), None, kernel.kff_diag(X), None
 
 
 def factor_kzz(kernel, Z, jitter, need_grad):
     """Jittered Cholesky of K_zz; returns (L_k, relative jitter used, backward or None)."""
     if need_grad:
-        kzz, back = kernel.vjp(Z)
+        kzz, back = kernel.kuu_vjp(Z)
     else:
-        kzz, back = kernel(Z), None
+        kzz, back = kernel.kuu(Z), None
     low_k, used = jittered_cholesky(kzz, jitter, what="K(Z, Z) of the inducing inputs")
     return low_k, used, back

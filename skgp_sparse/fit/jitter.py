@@ -15,10 +15,11 @@ AUTO_JITTER = 1e-6
 def auto_jitter(kernel, Z, noise_variance=None):
     """The relative jitter that ``jitter="auto"`` starts from (see :data:`AUTO_JITTER`);
     for float32 inducing inputs no less than the float32 factorisations start from
-    (:data:`~skgp_sparse.linalg.FLOAT32_MIN_JITTER`)."""
+    (:data:`~skgp_sparse.linalg.FLOAT32_MIN_JITTER`). ``kernel``: the covariances of the
+    inducing features Z (:mod:`skgp_sparse.features`; a compiled kernel for points)."""
     xp = backend.namespace(Z)
     floor = FLOAT32_MIN_JITTER if Z.dtype == xp.float32 else 0.0
-    diag = kernel.diag(Z)
+    diag = kernel.kuu_diag(Z)
     scale = float(xp.mean(diag))
     if noise_variance is None or not scale > 0:
         return AUTO_JITTER

@@ -23,8 +23,9 @@ import numpy as np
 
 from .placement import state_to, state_to_host
 from .plan import plan_fit, plan_pass
-from .report import report_fit, warn_q_short_of_optimum
+from .report import report_fit, warn_q_short_of_optimum, warn_rows_outside_the_box
 from .search import keep_the_better, search_hyperparameters
+from .statistics import fit_from_statistics, fits_from_statistics, gather_statistics
 from .training import StreamState, make_optimisers, run_partial_pass, run_training, warn_interrupted
 
 
@@ -90,6 +91,13 @@ def run_fit(settings, model, rows, Y, rng, weights=None, fresh=True, steps_befor
     -------
     FitResult
     """
+    if fits_from_statistics(settings, model, rows, fresh):
+        stats = gather_statistics(model, rows, Y)
+        if stats is not None:
+            history = fit_from_statistics(settings, model, stats)
+            report_fit(settings.name, model, 0.0)
+            return FitResult(model, history, 0, history.elbo[-1], steps_before)
+        warn_rows_outside_the_box(settings.name)
     plan = plan_fit(settings, model, rows, weights, fresh=fresh)
     start = None
     if plan.search:

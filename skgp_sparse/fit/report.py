@@ -92,6 +92,17 @@ def warn_jitter_above_noise(estimator_name, absolute_jitter, noise_variance):
     )
 
 
+def warn_rows_outside_the_box(estimator_name):
+    """A UserWarning when rows outside Fourier features' box keep a Gaussian fit from its
+    one pass over the rows (their K(u, f) depends on the length scale)."""
+    warn(
+        f"{estimator_name}: some training rows lie outside the box of the Fourier features (set from a "
+        "sample of the rows), so the fit trains on minibatches instead of one pass over the rows; pass "
+        "FourierFeatures(box=...) covering every row, or a wider margin, for the one-pass fit.",
+        UserWarning,
+    )
+
+
 #: Nats per training row by which a fit's ELBO may fall short of the best q(u) at its own
 #: hyperparameters and inducing inputs before the fit warns. A fit whose steps reached q's
 #: optimum falls short only by rounding and by the minibatch noise of its last steps, far
@@ -138,5 +149,5 @@ def report_fit(name, model, step_tolerance):
         if "scale" in getattr(model.likelihood, "param_names", ()):
             warn_scale_at_bounds(name, model.likelihood, step_tolerance)
     if model.noise is not None:
-        scale = float(np.mean(model.kernel.diag(model.state.inducing)))
+        scale = float(np.mean(model.covariances[0].kuu_diag(model.state.inducing)))
         warn_jitter_above_noise(name, model.jitter * scale, smallest_noise(model))

@@ -126,13 +126,13 @@ def search_hyperparameters(settings, plan, model, rows, Y, rng):
     if second_stage:
         search = model.search_model(model.n_data, learn_inducing=True)
         iterations = LMC_INDUCING_SEARCH_ITER if plan.lmc else inducing_search_iterations(model.n_data)
-        result = optimise_collapsed(search, X, Y, optimizer, 0, rng, solver, scales={"inducing": plan.x_scale},
+        result = optimise_collapsed(search, X, Y, optimizer, 0, rng, solver, scales={"inducing": model.features.step_units(plan.x_scale)},
                                     verbose=settings.verbose > 1, max_iter=iterations, tol=settings.tol)
         model.set_adam_params({**hyperparameters(search), **_split_like(model.state, fields, search.state.inducing)})
         model.state.drop_caches()
     if settings.jitter == "auto" and model.noise is not None:
         # The jitter follows the noise the search found (it was set for the initial noise).
-        model.jitter = auto_jitter(model.kernel, model.state.inducing, smallest_noise(model))
+        model.jitter = auto_jitter(model.covariances[0], model.state.inducing, smallest_noise(model))
     model.start_q(X, Y)
     if settings.verbose:
         print(f"exact search on {X.shape[0]} rows: {result.n_iter} iterations, bound per row "
@@ -256,18 +256,18 @@ def run_collapsed(settings, plan, model, rows, Y, rng):
     """
     optimizer = fit_plan.search_optimizer(settings)
     X, Y = rows.all_rows(Y)
-    scales = {name: plan.x_scale for name in model.basis.INDUCING_FIELDS}
+    scales = {name: model.features.step_units(plan.x_scale) for name in model.basis.INDUCING_FIELDS}
     floor = model.search_noise_floor()
     if settings.jitter == "auto" and floor is not None:
         # The model asks for the jitter of its smallest noise from the start (an LMC, see
         # VariationalModel.search_noise_floor), so that the search below need not be rerun.
-        model.jitter = min(model.jitter, auto_jitter(model.kernel, model.state.inducing, floor))
+        model.jitter = min(model.jitter, auto_jitter(model.covariances[0], model.state.inducing, floor))
     options = dict(scales=scales, verbose=settings.verbose, max_iter=settings.max_iter, tol=settings.tol)
     search = optimise_collapsed(model, X, Y, optimizer, settings.n_restarts_optimizer, rng, plan.q_solver, **options)
     history = History(elbo=list(search.run_elbos), n_epochs=search.n_iter, n_steps=search.n_evaluations,
                       converged=search.converged)
     if settings.jitter == "auto":
-        allowed = auto_jitter(model.kernel, model.state.inducing, smallest_noise(model))
+        allowed = auto_jitter(model.covariances[0], model.state.inducing, smallest_noise(model))
         if model.jitter > 10.0 * allowed:
             model.jitter = allowed
             search = optimise_collapsed(model, X, Y, optimizer, 0, rng, plan.q_solver, **options)

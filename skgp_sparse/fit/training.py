@@ -95,7 +95,8 @@ def make_optimisers(settings, model, plan, steps_done, falling_elbo_backoff=True
     schedule.t = steps_done
     # Inducing inputs live in data units: their Adam steps scale with each feature's spread,
     # or with its length scale where that is shorter.
-    step = stream_inducing_rate(settings, plan, model) * inducing_step_scale(model.kernel, plan.x_scale)
+    step = stream_inducing_rate(settings, plan, model) * \
+        model.features.step_units(inducing_step_scale(model.kernel, plan.x_scale))
     scales = {name: step for name in model.basis.INDUCING_FIELDS}
     adam = Adam(learning_rate=settings.learning_rate, step_scales=scales)
     return schedule, adam

@@ -21,6 +21,7 @@ share one learned factor), which compiles as the RBF does.
 """
 
 from ._compile import COMPILED_KERNELS, CompiledKernel, compile_kernel
+from ._points import PointCovariances
 from ._scaled_rbf import FeatureScaledRBF
 
-__all__ = ["compile_kernel", "CompiledKernel", "COMPILED_KERNELS", "FeatureScaledRBF"]
+__all__ = ["compile_kernel", "CompiledKernel", "COMPILED_KERNELS", "FeatureScaledRBF", "PointCovariances"]

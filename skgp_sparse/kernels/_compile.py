@@ -12,6 +12,7 @@ from sklearn.base import clone
 from sklearn.gaussian_process import kernels as skk
 
 from .. import backend
+from ._points import PointCovariances
 from ._base import DENSE, densify, kind_of, reduce_bar
 from ._combinators import ExponentiationNode, ProductNode, SumNode
 from ._generic import GenericNode
@@ -143,7 +144,7 @@ def compile_kernel(kernel, white_as_noise=False):
     return CompiledKernel(kernel, white_as_noise=white_as_noise)
 
 
-class CompiledKernel:
+class CompiledKernel(PointCovariances):
     """A scikit-learn kernel with vector-Jacobian products, evaluated with BLAS and numba.
 
     Built by :func:`compile_kernel`. Inputs are 2-D arrays ``(n_samples, n_features)``;
@@ -338,6 +339,10 @@ class CompiledKernel:
         or generic.
         """
         return self._sk.clone_with_theta(self.theta)
+
+    #: The matrices this kernel returns may be written over (its reverse passes keep
+    #: their own copies).
+    hands_over_matrices = True
 
     @property
     def has_input_gradient(self):

@@ -300,7 +300,7 @@ def joint_optimal_q(kernels, kernel_of_column, chunks, W, Z, jitter, coupled=Tru
     b_minus_i = shift = None
     for X, Y, beta in chunks:
         xp = be.namespace(X)
-        A_k = [solve_triangular(low_k, kernel(Z, X)) for kernel, (low_k, _, _) in zip(kernels, factors)]
+        A_k = [solve_triangular(low_k, kernel.kuf(Z, X)) for kernel, (low_k, _, _) in zip(kernels, factors)]
         A = [A_k[k] for k in kernel_of_column]
         _, r, chunk_b = _row_terms(A, Y, beta, W, pairs, m, xp)
         chunk_shift = _shift(A, r)
@@ -317,10 +317,10 @@ def joint_optimal_q(kernels, kernel_of_column, chunks, W, Z, jitter, coupled=Tru
 def projections(kernels, kernel_of_column, low_factors, Z, X):
     """A_l = L_l^-1 K_l(Z, X) of each latent column (M, n), and the prior variance each
     leaves unexplained, t (n, L) = k_l(x, x) - |a_l(x)|^2."""
-    A_k = [solve_triangular(low, kernel(Z, X)) for kernel, low in zip(kernels, low_factors)]
+    A_k = [solve_triangular(low, kernel.kuf(Z, X)) for kernel, low in zip(kernels, low_factors)]
     xp = be.namespace(A_k[0])
     A = [A_k[k] for k in kernel_of_column]
-    t = xp.stack([kernels[k].diag(X) - xp.sum(A[l] * A[l], axis=0) for l, k in enumerate(kernel_of_column)], axis=1)
+    t = xp.stack([kernels[k].kff_diag(X) - xp.sum(A[l] * A[l], axis=0) for l, k in enumerate(kernel_of_column)], axis=1)
     return A, t
 
 

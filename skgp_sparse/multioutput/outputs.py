@@ -191,14 +191,15 @@ class LinearMixing:
         """The groups' predictors ``parts`` with the mixing, the offsets and the joint
         covariance, where the fit ended with one."""
         distinct, index = model.distinct_kernels()
+        covariances = kernel_columns(model)[0]
         state = model.state
         joint = None
         if state.joint_inverse_factor is not None:
             Z = state.inducing
             joint = JointCovariance(_host(Z), np.stack([_host(factor_kzz(k, Z, model.jitter, False)[0])
-                                                        for k in distinct]), _host(state.joint_inverse_factor))
+                                                        for k in covariances]), _host(state.joint_inverse_factor))
         return MixedPredictor(tuple(parts), tuple(k.to_sklearn() for k in distinct), tuple(index),
-                              _host(state.mixing), _host(state.offset), joint)
+                              _host(state.mixing), _host(state.offset), joint, model.features)
 
     def search_state(self, state, groups):
         """The exact search's state: ``groups`` with the mixing and offsets as they stand."""
@@ -207,9 +208,11 @@ class LinearMixing:
 
 
 def kernel_columns(model):
-    """The model's distinct kernels, and the index among them of each latent column's kernel."""
+    """The covariances (:mod:`skgp_sparse.features`) under the model's distinct kernels,
+    and the index among them of each latent column's kernel."""
     distinct, index = model.distinct_kernels()
-    return distinct, [index[g] for g, width in enumerate(model.state.widths) for _ in range(width)]
+    covariances = [model.covariances[index.index(k)] for k in range(len(distinct))]
+    return covariances, [index[g] for g, width in enumerate(model.state.widths) for _ in range(width)]
 
 
 def _host(a):

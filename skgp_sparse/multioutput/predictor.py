@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import backend
+from ..features import InducingFeatures, InducingPoints, covariances
 from ..kernels import compile_kernel
 from ..linalg import mm
 from .collapsed import joint_output_factors, joint_output_variances, projections
@@ -47,6 +48,9 @@ class MixedPredictor:
     joint : JointCovariance or None
         Where the fit ended with the joint q (the coupled basis), its covariance: the
         outputs' variances and covariances then come from it (the means do not change).
+    features : InducingFeatures
+        What the inducing variables are (their covariances are resolved with the kernels,
+        on first use).
     """
 
     parts: tuple
@@ -55,11 +59,15 @@ class MixedPredictor:
     mixing: np.ndarray
     offset: np.ndarray
     joint: JointCovariance = None
+    features: InducingFeatures = field(default_factory=InducingPoints)
     _compiled: list = field(default=None, init=False, repr=False, compare=False)
 
     def _kernel(self, g):
+        """The covariances of the features under group ``g``'s kernel (compiled and
+        resolved once, and again after unpickling)."""
         if self._compiled is None:
-            self._compiled = [compile_kernel(k, white_as_noise=True) for k in self.kernels]
+            self._compiled = [covariances(self.features, compile_kernel(k, white_as_noise=True))
+                              for k in self.kernels]
         return self._compiled[self.kernel_index[g]]
 
     def latent_parts(self, X, full_cov=False):
@@ -115,7 +123,7 @@ class MixedPredictor:
     def _unexplained_covariances(self, kernels, A, X):
         """K_l(X, X) - A_l^T A_l of each latent column (n x n): the prior covariance at X that
         its inducing values leave unexplained."""
-        return [kernels[k](X) - mm(A[l], A[l], trans_a=True) for l, k in enumerate(self._kernel_of_column())]
+        return [kernels[k].kff(X) - mm(A[l], A[l], trans_a=True) for l, k in enumerate(self._kernel_of_column())]
 
     def output_covariances(self, X):
         """The P x P covariance of the outputs' latent values at each row of X, (n, P, P)."""
