@@ -343,6 +343,7 @@ class VariationalModel:
         return (
             self.learn_hyperparameters
             and not self.outputs.mixes
+            and self.features.computes_on_device
             and self.kernel.holds_device_values
             and self.latent_noise is None
             and not self._learns_likelihood()

@@ -193,3 +193,28 @@ def test_a_streamed_many_class_fit_places_its_inducing_inputs_class_by_class(mon
     clf.fit(da.from_array(X, chunks=(200, 1)), da.from_array(y, chunks=200))
     counts = points_per_class_region(clf.inducing_points_, 3)
     assert all(9 <= c <= 11 for c in counts), counts
+
+
+def test_fourier_statistics_are_reduced_where_the_chunks_live(client, monkeypatch):
+    """A Gaussian fit with Fourier features on a Dask array: each chunk's sums are made on
+    the cluster and only they come back (X is never gathered: all_rows and the minibatch
+    stream are not called), and the fit is the in-memory one."""
+    from sklearn.gaussian_process.kernels import ConstantKernel, Matern
+
+    X, y, _ = data(n=2000)
+    Xd = client.persist(da.from_array(X[:, :1], chunks=(300, 1)))
+    settings = dict(kernel=ConstantKernel() * Matern(nu=1.5), inducing_features="fourier", n_inducing=31,
+                    random_state=0)
+    in_memory = SparseGPRegressor(**settings).fit(X[:, :1], y)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("X was gathered or streamed")
+
+    monkeypatch.setattr(fit_rows.DaskRows, "all_rows", refuse)
+    monkeypatch.setattr(fit_rows.DaskRows, "batches", refuse)
+    distributed_fit = SparseGPRegressor(**settings).fit(Xd, y)
+    assert distributed_fit.n_steps_ == 0
+    np.testing.assert_allclose(distributed_fit.log_marginal_likelihood_value_,
+                               in_memory.log_marginal_likelihood_value_, rtol=1e-9)
+    np.testing.assert_allclose(distributed_fit.predict(X[:50, :1]), in_memory.predict(X[:50, :1]), rtol=1e-6,
+                               atol=1e-8)

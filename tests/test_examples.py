@@ -18,7 +18,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 def test_examples_are_found():
     names = {p.name for p in EXAMPLES}
     assert {"quickstart.py", "plot_bases_1d.py", "plot_classification.py", "plot_grid_search.py",
-            "plot_large_flights.py", "plot_save_load.py", "plot_multioutput.py"} <= names
+            "plot_large_flights.py", "plot_save_load.py", "plot_multioutput.py", "plot_fourier_features.py"} <= names
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.stem for p in EXAMPLES])

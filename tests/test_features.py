@@ -405,7 +405,7 @@ def test_the_bound_from_the_rows_statistics_is_the_bound_row_by_row(name):
     weights = np.random.default_rng(4).uniform(0.5, 2.0, 50)
     model = _fourier_model("coupled", sk, X, 13, noise=0.07)
     model.layout = TargetLayout(2, weighted=True, mean_weight=weights.mean())
-    halves = [feature_statistics(model.covariances[0], X[rows], Y[rows], weights[rows])
+    halves = [feature_statistics(model.features, X[rows], Y[rows], weights[rows])
               for rows in (slice(0, 20), slice(20, 50))]
     bound = StatisticsBound(model.covariances[0], halves[0].add(halves[1]), model.state.inducing, 0.07, model.jitter)
     row_by_row = model.collapsed_evaluate(X, model.layout.join(Y, weights))
@@ -441,3 +441,47 @@ def test_rows_outside_a_given_box_fall_back_to_minibatches_with_a_warning():
         model = SparseGPRegressor(ConstantKernel() * Matern(nu=1.5), inducing_features=features, n_inducing=21,
                                   max_iter=3, random_state=0).fit(X, Y[:, 0])
     assert model.n_steps_ > 0
+
+
+# --- every array library, float32, partial_fit -------------------------------------------
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("kind", ["multiscale", "fourier"])
+@pytest.mark.parametrize("batch_size", [50, None], ids=["minibatch", "full_batch"])
+@pytest.mark.parametrize("lib_name", ["torch", "strict_device1"])
+def test_interdomain_features_fit_arrays_of_other_libraries_as_numpy(kind, batch_size, lib_name, monkeypatch):
+    """The interdomain kinds compute on the host, in one round trip a covariance; the rows,
+    minibatches and q(u) stay in the input's library, and the fit is numpy's."""
+    import sklearn
+
+    from skgp_sparse import backend as be
+
+    from ._array_libs import Lib
+
+    monkeypatch.setenv("SCIPY_ARRAY_API", "1")
+    lib = Lib(lib_name)
+    X, Y = _data(n=300)
+    y = Y[:, 0]
+    settings = dict(kernel=ConstantKernel() * RBF([1.0, 1.0]), inducing_features=kind, n_inducing=16,
+                    batch_size=batch_size, max_iter=3, random_state=0)
+    reference = SparseGPRegressor(**settings).fit(X, y)
+    with sklearn.config_context(array_api_dispatch=True):
+        fitted = SparseGPRegressor(**settings).fit(lib(X), lib(y))
+        mean = be.to_numpy(fitted.predict(lib(X[:20])))
+    np.testing.assert_allclose(mean, reference.predict(X[:20]), rtol=1e-7, atol=1e-8)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("kind", ["multiscale", "fourier"])
+def test_float32_and_partial_fit_with_interdomain_features(kind):
+    X, Y = _data(n=400)
+    y = Y[:, 0]
+    settings = dict(kernel=ConstantKernel() * RBF([1.0, 1.0]), inducing_features=kind, n_inducing=16, batch_size=100,
+                    max_iter=3, random_state=0)
+    wide = SparseGPRegressor(**settings).fit(X, y)
+    narrow = SparseGPRegressor(dtype="float32", **settings).fit(X, y)
+    np.testing.assert_allclose(narrow.predict(X[:20]), wide.predict(X[:20]), rtol=2e-2, atol=2e-2)
+    streamed = SparseGPRegressor(**settings)
+    for rows in (slice(0, 200), slice(200, 400)):
+        streamed.partial_fit(X[rows], y[rows])
+    assert isinstance(streamed.inducing_features_, type(wide.inducing_features_))
+    assert np.all(np.isfinite(streamed.predict(X[:20])))

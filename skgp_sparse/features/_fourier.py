@@ -155,6 +155,22 @@ class FourierFeatures(InducingFeatures):
         """Every feature of the bound grid, lowest frequencies first."""
         return _frequency_order(self)[:, None].astype(np.float64)
 
+    def raw_features(self, X):
+        """phi(x) of every feature of the bound grid at the rows X (n_features_, n), as
+        K(u, f) is inside the box whatever the hyperparameters: VFF's 1, cosines and
+        sines; IFF's cosines and sines. None where a row lies outside VFF's box (K(u, f)
+        depends on the length scale there, so no statistics of the rows would hold for
+        other hyperparameters)."""
+        X = np.asarray(X, dtype=np.float64)
+        if self.construction_ == "vff":
+            a, b = self.box_[:, 0]
+            x = X[:, 0]
+            if np.any(x < a) or np.any(x > b):
+                return None
+            angles = np.outer(vff_frequencies(a, b, self.n_frequencies_)[1:], x - a)
+            return np.concatenate([np.ones((1, x.size)), np.cos(angles), np.sin(angles)])
+        return iff_kuf(X - self.box_.mean(axis=0), self.frequencies_, self.spacing_)
+
     def centres(self, inducing):
         """Fourier features sit nowhere in input space: no centres (an empty (M, 0) array)."""
         return np.zeros((inducing.shape[0], 0))
@@ -202,7 +218,7 @@ def _frequency_order(features):
 class FourierCovariances(Covariances):
     """The seam's covariances of bound :class:`FourierFeatures` (VFF or IFF), in the scaled
     form of the module notes: ``K'(u, u) = s K(u, u) s`` and ``K'(u, f) = s K(u, f)`` with
-    ``s = diag(K(u, u))^-1/2``. Computed in float64 on the host."""
+    ``s = diag(K(u, u))^-1/2``."""
 
     # --- the raw covariances of the whole grid and their adjoints ----------------------
     def _profile(self):
@@ -271,34 +287,34 @@ class FourierCovariances(Covariances):
         d_var, d_ls = self._raw_kuu_adjoint(effective)
         return self.form.theta_bar(self.kernel.n_theta, d_var, d_ls)
 
-    def kuu(self, Z):
+    def _kuu(self, Z):
         idx = _indices(Z)
-        return self._scaled_kuu()[0][np.ix_(idx, idx)].astype(_dtype(Z), copy=False)
+        return self._scaled_kuu()[0][np.ix_(idx, idx)]
 
-    def kuu_vjp(self, Z):
-        return self.kuu_cross_vjp(Z, Z)
+    def _kuu_vjp(self, Z):
+        return self._kuu_cross_vjp(Z, Z)
 
-    def kuu_cross(self, Z1, Z2):
-        return self._scaled_kuu()[0][np.ix_(_indices(Z1), _indices(Z2))].astype(_dtype(Z1), copy=False)
+    def _kuu_cross(self, Z1, Z2):
+        return self._scaled_kuu()[0][np.ix_(_indices(Z1), _indices(Z2))]
 
-    def kuu_cross_vjp(self, Z1, Z2):
+    def _kuu_cross_vjp(self, Z1, Z2):
         i1, i2 = _indices(Z1), _indices(Z2)
         scaled, diag, s = self._scaled_kuu()
 
         def back(bar):
             full = np.zeros_like(scaled)
             full[np.ix_(i1, i2)] = np.asarray(bar, dtype=np.float64)
-            return self._kuu_theta_bar(full, scaled, diag, s), np.zeros(Z1.shape, dtype=_dtype(Z1))
+            return self._kuu_theta_bar(full, scaled, diag, s), np.zeros(Z1.shape)
 
-        return scaled[np.ix_(i1, i2)].astype(_dtype(Z1), copy=False), back
+        return scaled[np.ix_(i1, i2)], back
 
-    def kuf(self, Z, X):
+    def _kuf(self, Z, X):
         idx = _indices(Z)
         _, diag = self._raw_kuu()
         kuf = self._raw_kuf(X)[idx] / np.sqrt(diag[idx])[:, None]
-        return kuf.astype(_dtype(X), copy=False)
+        return kuf
 
-    def kuf_vjp(self, Z, X):
+    def _kuf_vjp(self, Z, X):
         idx = _indices(Z)
         K, diag = self._raw_kuu()
         s = 1.0 / np.sqrt(diag)
@@ -314,25 +330,16 @@ class FourierCovariances(Covariances):
             c[idx] = -0.5 * np.sum(bar * scaled, axis=1) / diag[idx]
             d_var_kuu, d_ls_kuu = self._raw_kuu_adjoint(np.diag(c))
             theta_bar = self.form.theta_bar(self.kernel.n_theta, d_var_kuu, d_ls_kuu + d_ls)
-            return theta_bar, np.zeros(Z.shape, dtype=_dtype(Z))
+            return theta_bar, np.zeros(Z.shape)
 
-        return scaled.astype(_dtype(X), copy=False), back
+        return scaled, back
 
-    def kuu_diag(self, Z):
+    def _kuu_diag(self, Z):
         """Every scaled feature's prior variance: one."""
-        return np.ones(Z.shape[0], dtype=_dtype(Z))
+        return np.ones(Z.shape[0])
 
-    # --- the one pass of a Gaussian fit -------------------------------------------------
-    def raw_features(self, X):
-        """phi(x) of every feature of the grid at the rows X (M_total, n), or None where a
-        row lies outside VFF's box (there K(u, f) depends on the length scale, so the rows'
-        statistics would not hold for other hyperparameters)."""
-        f = self.features
-        if f.construction_ == "vff":
-            x = np.asarray(X, dtype=np.float64)[:, 0]
-            if np.any(x < f.box_[0, 0]) or np.any(x > f.box_[1, 0]):
-                return None
-        return self._raw_kuf(X)
+    #: The rows enter a Gaussian fit's bound only through FeatureStatistics.
+    has_statistics = True
 
 
 def fourier_covariances(features, kernel, form):
@@ -344,10 +351,6 @@ def fourier_covariances(features, kernel, form):
 
 def _indices(Z):
     return np.asarray(Z, dtype=np.float64)[:, 0].astype(np.int64)
-
-
-def _dtype(like):
-    return np.float32 if np.asarray(like).dtype == np.float32 else np.float64
 
 
 # --- the one pass of a Gaussian fit ---------------------------------------------------------
@@ -439,10 +442,11 @@ class StatisticsBound:
         return theta_bar + cov.form.theta_bar(cov.kernel.n_theta, d_var + self.d_log_variance_direct, d_ls)
 
 
-def feature_statistics(covariances, X, Y, weights=None):
-    """The :class:`FeatureStatistics` of the rows (X, Y) (``weights`` per row, or None);
-    None where a row lies outside VFF's box (:meth:`FourierCovariances.raw_features`)."""
-    phi = covariances.raw_features(X)
+def feature_statistics(features, X, Y, weights=None):
+    """The :class:`FeatureStatistics` of the rows (X, Y) (``weights`` per row, or None)
+    under bound :class:`FourierFeatures`; None where a row lies outside VFF's box
+    (:meth:`FourierFeatures.raw_features`)."""
+    phi = features.raw_features(X)
     if phi is None:
         return None
     Y = np.asarray(Y, dtype=np.float64)

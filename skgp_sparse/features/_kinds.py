@@ -27,6 +27,10 @@ class InducingFeatures:
     #: Whether the default kernel may add a learned constant (a classifier's bias): only
     #: inducing points have covariances for any kernel.
     takes_a_bias = False
+    #: Whether the covariances compute where the rows are (a device's arrays), so that a
+    #: training loop may hold the hyperparameters there: the compiled kernels of inducing
+    #: points do; the other kinds compute on the host and read theta there.
+    computes_on_device = False
 
     def bind(self, X, n_features, kernel):
         """The features a fit on the rows X (a sample) uses, about ``n_features`` of them,
@@ -72,6 +76,7 @@ class InducingPoints(InducingFeatures):
 
     name = "points"
     takes_a_bias = True
+    computes_on_device = True
 
 
 class Multiscale(InducingFeatures):

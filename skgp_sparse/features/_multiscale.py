@@ -289,8 +289,7 @@ class MultiscaleCovariances(Covariances):
     :class:`~._forms.ScaledRBFForm`).
 
     The inducing array holds the centres, then the log widths (the widths stay positive
-    as Adam moves them). Computed in float64 on the host and returned in the inputs'
-    float dtype.
+    as Adam moves them).
     """
 
     def _parts(self, Z):
@@ -304,13 +303,13 @@ class MultiscaleCovariances(Covariances):
     @staticmethod
     def _z_bar(d_centres, d_widths, widths, like):
         # d/d log(width) = width * d/d width.
-        return np.concatenate([d_centres, d_widths * widths], axis=1).astype(_dtype(like), copy=False)
+        return np.concatenate([d_centres, d_widths * widths], axis=1)
 
-    def kuu(self, Z):
+    def _kuu(self, Z):
         centres, widths, length_scales, variance = self._parts(Z)
-        return multiscale_kuu(centres, widths, length_scales, variance).astype(_dtype(Z), copy=False)
+        return multiscale_kuu(centres, widths, length_scales, variance)
 
-    def kuu_vjp(self, Z):
+    def _kuu_vjp(self, Z):
         centres, widths, length_scales, variance = self._parts(Z)
         K = multiscale_kuu(centres, widths, length_scales, variance)
 
@@ -318,14 +317,14 @@ class MultiscaleCovariances(Covariances):
             grads = multiscale_kuu_adjoint(centres, widths, length_scales, variance, bar)
             return self._theta_bar(grads), self._z_bar(grads["Z"], grads["delta"], widths, Z)
 
-        return K.astype(_dtype(Z), copy=False), back
+        return K, back
 
-    def kuf(self, Z, X):
+    def _kuf(self, Z, X):
         centres, widths, length_scales, variance = self._parts(Z)
         K = multiscale_kuf(centres, widths, np.asarray(X, dtype=np.float64), length_scales, variance)
-        return K.astype(_dtype(X), copy=False)
+        return K
 
-    def kuf_vjp(self, Z, X):
+    def _kuf_vjp(self, Z, X):
         centres, widths, length_scales, variance = self._parts(Z)
         X64 = np.asarray(X, dtype=np.float64)
         K = multiscale_kuf(centres, widths, X64, length_scales, variance)
@@ -334,14 +333,14 @@ class MultiscaleCovariances(Covariances):
             grads = multiscale_kuf_adjoint(centres, widths, X64, length_scales, variance, bar)
             return self._theta_bar(grads), self._z_bar(grads["Z"], grads["delta"], widths, Z)
 
-        return K.astype(_dtype(X), copy=False), back
+        return K, back
 
-    def kuu_cross(self, Z1, Z2):
+    def _kuu_cross(self, Z1, Z2):
         c1, w1, length_scales, variance = self._parts(Z1)
         c2, w2, _, _ = self._parts(Z2)
-        return multiscale_kuu_cross(c1, w1, c2, w2, length_scales, variance).astype(_dtype(Z1), copy=False)
+        return multiscale_kuu_cross(c1, w1, c2, w2, length_scales, variance)
 
-    def kuu_cross_vjp(self, Z1, Z2):
+    def _kuu_cross_vjp(self, Z1, Z2):
         c1, w1, length_scales, variance = self._parts(Z1)
         c2, w2, _, _ = self._parts(Z2)
         K = multiscale_kuu_cross(c1, w1, c2, w2, length_scales, variance)
@@ -350,9 +349,5 @@ class MultiscaleCovariances(Covariances):
             grads = multiscale_kuu_cross_adjoint(c1, w1, c2, w2, length_scales, variance, bar)
             return self._theta_bar(grads), self._z_bar(grads["Z1"], grads["delta1"], w1, Z1)
 
-        return K.astype(_dtype(Z1), copy=False), back
+        return K, back
 
-
-def _dtype(like):
-    """float32 for float32 inputs, else float64 (as the compiled kernels answer)."""
-    return np.float32 if np.asarray(like).dtype == np.float32 else np.float64

@@ -15,6 +15,8 @@ are the kernel between points), so points keep their speed and results; every ot
 kind is a :class:`Covariances`.
 """
 
+import numpy as np
+
 from .. import backend
 from ._forms import KernelForm, kernel_form
 from ._kinds import InducingPoints
@@ -72,8 +74,13 @@ class Covariances:
 
     The ``*_vjp`` methods return the matrix and ``back(bar)``: the gradient of
     ``sum(bar * K)`` as ``(theta_bar, Z_bar)`` in the kernel's log-hyperparameters and in
-    the first inducing array (K(f, f)'s diagonal: theta_bar alone). K(f, f) is the kernel's
-    own for every kind.
+    the first inducing array (K(f, f)'s diagonal: theta_bar alone), both in the inputs'
+    library as a compiled kernel's. K(f, f) is the kernel's own for every kind.
+
+    A kind writes ``_kuu``, ``_kuu_vjp``, ``_kuf``, ``_kuf_vjp``, ``_kuu_cross`` and
+    ``_kuu_cross_vjp`` on float64 numpy arrays; the public methods take arrays of any
+    library and answer in the inputs' library, device and float dtype (one round trip to
+    the host each: these kinds compute on the host).
 
     Parameters
     ----------
@@ -87,28 +94,33 @@ class Covariances:
         self.kernel = kernel
         self.form = form
 
-    # --- what a kind writes ------------------------------------------------------------
     def kuu(self, Z):
-        raise NotImplementedError
+        return _like(self._kuu(_host(Z)), Z)
 
     def kuu_vjp(self, Z):
-        raise NotImplementedError
+        K, back = self._kuu_vjp(_host(Z))
+        return _like(K, Z), _returning_like(back, Z)
 
     def kuf(self, Z, X):
-        raise NotImplementedError
+        return _like(self._kuf(_host(Z), _host(X)), X)
 
     def kuf_vjp(self, Z, X):
-        raise NotImplementedError
+        K, back = self._kuf_vjp(_host(Z), _host(X))
+        return _like(K, X), _returning_like(back, Z)
 
     def kuu_cross(self, Z1, Z2):
-        raise NotImplementedError
+        return _like(self._kuu_cross(_host(Z1), _host(Z2)), Z1)
+
+    def kuu_cross_vjp(self, Z1, Z2):
+        K, back = self._kuu_cross_vjp(_host(Z1), _host(Z2))
+        return _like(K, Z1), _returning_like(back, Z1)
 
     def kuu_diag(self, Z):
         """The prior variance of each inducing variable (the diagonal of :meth:`kuu`)."""
-        return backend.namespace(Z).linalg.diagonal(self.kuu(Z))
+        return _like(self._kuu_diag(_host(Z)), Z)
 
-    def kuu_cross_vjp(self, Z1, Z2):
-        raise NotImplementedError
+    def _kuu_diag(self, Z):
+        return np.diag(self._kuu(Z)).copy()
 
     def kuf_with_set(self, Z, X, Z2):
         """K(u, f) at the rows X beside K(u, u') of a second set Z2: (M, n + M2)."""
@@ -149,6 +161,39 @@ class Covariances:
 
     #: The matrices it returns are its own (fresh) arrays, which a caller may write over.
     hands_over_matrices = True
+
+
+def _host(a):
+    """``a`` as a float64 numpy array (one read from a device)."""
+    return np.asarray(backend.to_numpy(a), dtype=np.float64)
+
+
+def _like(a, like):
+    """The float64 numpy array ``a`` in the library, device and float dtype of ``like``
+    (float32 stays float32, anything else is float64 where the device has it)."""
+    if not backend.is_foreign(like):
+        return a.astype(np.float32 if np.asarray(like).dtype == np.float32 else np.float64, copy=False)
+    xp = backend.namespace(like)
+    return backend.to_namespace(a, xp, device=backend.device_of(like), dtype=like.dtype)
+
+
+def _returning_like(back, like):
+    """``back`` taking an adjoint of any library, its Z_bar in the library, device and
+    dtype of ``like`` and its theta_bar there too in the device's widest float (as a
+    compiled kernel answers)."""
+
+    def on_host(bar):
+        theta_bar, z_bar = back(_host(bar))
+        return _widest_like(theta_bar, like), _like(z_bar, like)
+
+    return on_host
+
+
+def _widest_like(a, like):
+    if not backend.is_foreign(like):
+        return a
+    xp, device = backend.namespace(like), backend.device_of(like)
+    return backend.to_namespace(a, xp, device=device, dtype=backend.widest_float(xp, device))
 
 
 def _side_by_side(left, right):

@@ -15,7 +15,7 @@ import scipy.optimize
 from ..features import StatisticsBound, feature_statistics
 from ..linalg import inverse_cholesky_factor
 from ..optim.loop import History
-from .rows import InMemoryRows
+from .rows import DaskRows, InMemoryRows, finite_block
 
 #: Rows per chunk of the statistics' pass: the chunk's features take M x rows floats.
 STATISTICS_CHUNK = 8192
@@ -29,9 +29,9 @@ def fits_from_statistics(settings, model, rows, fresh):
     return (
         fresh
         and settings.batch_size == "auto"
-        and isinstance(rows, InMemoryRows)
+        and isinstance(rows, (InMemoryRows, DaskRows))
         and not rows.converts
-        and hasattr(model.covariances[0], "raw_features")
+        and getattr(model.covariances[0], "has_statistics", False)
         and model.noise is not None
         and not model.noise.from_kernel
         and not model.outputs.mixes
@@ -42,18 +42,45 @@ def fits_from_statistics(settings, model, rows, fresh):
 
 def gather_statistics(model, rows, Y):
     """The rows' :class:`~skgp_sparse.features.FeatureStatistics` in one pass, or None where
-    a row lies outside VFF's box."""
-    covariances = model.covariances[0]
+    a row lies outside VFF's box. Rows in memory are read in chunks; a Dask array's chunks
+    are reduced where they live (each worker sends back its M x M sums), and X is never
+    gathered on the client."""
+    split = (lambda y: (y, None)) if model.layout is None else (lambda y: model.layout.split(y)[:2])
+    if isinstance(rows, DaskRows):
+        return _dask_statistics(model.features, rows, Y, split)
     X, Y = rows.all_rows(Y)
+    parts = (_chunk_statistics(X[start : start + STATISTICS_CHUNK], *split(Y[start : start + STATISTICS_CHUNK]),
+                               model.features) for start in range(0, X.shape[0], STATISTICS_CHUNK))
+    return _summed(parts)
+
+
+def _chunk_statistics(X, targets, weights, features):
+    return feature_statistics(features, X, targets, weights)
+
+
+def _dask_chunk_statistics(block, start, targets, weights, features):
+    # A worker's chunk, refused with its rows named if it holds NaN or inf.
+    return feature_statistics(features, finite_block(block, start), targets, weights)
+
+
+def _summed(parts):
+    """The sum of chunks' statistics, None where any chunk has none."""
     total = None
-    for start in range(0, X.shape[0], STATISTICS_CHUNK):
-        chunk = slice(start, min(start + STATISTICS_CHUNK, X.shape[0]))
-        targets, weights, _ = (Y[chunk], None, {}) if model.layout is None else model.layout.split(Y[chunk])
-        part = feature_statistics(covariances, X[chunk], targets, weights)
+    for part in parts:
         if part is None:
             return None
         total = part if total is None else total.add(part)
     return total
+
+
+def _dask_statistics(features, rows, Y, split):
+    import dask
+
+    blocks = rows.X.to_delayed().ravel()
+    parts = [dask.delayed(_dask_chunk_statistics)(block, int(rows.starts[i]),
+                                                  *split(Y[rows.starts[i] : rows.starts[i + 1]]), features)
+             for i, block in enumerate(blocks)]
+    return dask.delayed(_summed)(parts).compute()
 
 
 def fit_from_statistics(settings, model, stats):
