@@ -275,16 +275,21 @@ def test_clear_errors_for_features_the_kernel_cannot_take():
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-def test_an_lmc_and_masked_outputs_share_multiscale_windows():
+@pytest.mark.parametrize("kind", ["multiscale", "fourier"])
+def test_an_lmc_and_masked_outputs_share_the_features(kind):
+    """Each latent has its own kernel on the shared features; the joint q's closed forms and
+    predictions go through the seam as the single output's."""
     X, Y = _data(n=120)
     targets = np.column_stack([Y[:, 0], np.cos(X[:, 0]), Y[:, 0] - X[:, 1]])
     targets[::5, 1] = np.nan
     for params in ({"n_latent": 2, "missing_targets": "mask"}, {"missing_targets": "mask"}):
-        model = SparseGPRegressor(RBF([1.0, 1.0]), inducing_features="multiscale", n_inducing=6, max_iter=3,
-                                  random_state=0, **params).fit(X, targets)
-        assert model.inducing_widths_.shape == (6, 2)
-        mean, std = model.predict(X, return_std=True)
+        fits = {features: SparseGPRegressor(ConstantKernel() * RBF([1.0, 1.0]), inducing_features=features,
+                                            n_inducing=40, max_iter=10, random_state=0, **params).fit(X, targets)
+                for features in ("points", kind)}
+        mean, std = fits[kind].predict(X, return_std=True)
         assert mean.shape == (120, 3) and np.all(np.isfinite(std))
+        assert fits[kind].score(X, targets) > fits["points"].score(X, targets) - 0.05
+        assert fits[kind].predict_output_covariance(X[:5]).shape == (5, 3, 3)
 
 
 # --- Fourier features ----------------------------------------------------------------------

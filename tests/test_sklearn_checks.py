@@ -1,4 +1,5 @@
-"""scikit-learn's own estimator checks, for every basis, every likelihood, float32 and LMC."""
+"""scikit-learn's own estimator checks, for every basis, every likelihood, float32, LMC and every
+kind of inducing features."""
 
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
@@ -26,6 +27,8 @@ REGRESSORS = [
     SparseGPRegressor(n_inducing=20, max_iter=50, random_state=0, dtype="float32"),
     SparseGPRegressor(n_latent=1, n_inducing=10, max_iter=200, random_state=0),
     SparseGPRegressor(n_latent=2, missing_targets="mask", n_inducing=10, max_iter=200, random_state=0),
+    SparseGPRegressor(inducing_features="multiscale", n_inducing=10, max_iter=30, random_state=0),
+    SparseGPRegressor(inducing_features="fourier", n_inducing=15, max_iter=30, random_state=0),
 ]
 CLASSIFIERS = [
     SparseGPClassifier(n_inducing=10, max_iter=30, random_state=0),
@@ -33,6 +36,8 @@ CLASSIFIERS = [
     SparseGPClassifier(basis="solve", n_inducing=8, n_orthogonal=8, max_iter=20, random_state=0),
     SparseGPClassifier(basis="inverse_free", n_inducing=8, max_iter=20, random_state=0),
     SparseGPClassifier(n_inducing=10, max_iter=30, random_state=0, dtype="float32"),
+    SparseGPClassifier(inducing_features="multiscale", n_inducing=8, max_iter=20, random_state=0),
+    SparseGPClassifier(inducing_features="fourier", n_inducing=15, max_iter=20, random_state=0),
 ]
 
 
@@ -57,7 +62,32 @@ LMC_WEIGHTS = {
 }
 
 
+#: Multiscale windows: the search moves centres and widths together, and the weighted and the
+#: repeated-rows fits end at different optima of that search (predictions apart by up to 0.1).
+MULTISCALE_WEIGHTS = {
+    "check_sample_weight_equivalence_on_dense_data": (
+        "weights and repeated rows give the same objective, but the search over the windows' centres and "
+        "widths ends at different optima"
+    ),
+}
+
+#: Fourier features refuse more than three input columns, by design, with an error that names
+#: "points"; these checks fit data of four or more columns.
+FOURIER_WIDE_DATA = (
+    "check_n_features_in_after_fitting", "check_positive_only_tag_during_fit", "check_estimators_dtypes",
+    "check_sample_weight_equivalence_on_dense_data", "check_dtype_object", "check_regressors_train",
+    "check_regressor_data_not_an_array", "check_regressor_multioutput", "check_regressors_no_decision_function",
+    "check_regressors_int", "check_non_transformer_estimators_n_iter", "check_fit2d_1sample",
+)
+
+
 def expected_failures(estimator):
+    if estimator.inducing_features == "fourier":
+        # One sample of ten columns: the regressor's error names the columns first.
+        names = [n for n in FOURIER_WIDE_DATA if isinstance(estimator, SparseGPRegressor) or n != "check_fit2d_1sample"]
+        return {name: "the check fits data of more than three columns, which Fourier features refuse" for name in names}
+    if estimator.inducing_features == "multiscale":
+        return MULTISCALE_WEIGHTS
     if isinstance(estimator, SparseGPRegressor) and estimator.n_latent is not None:
         return LMC_WEIGHTS
     collapsed = (

@@ -13,7 +13,8 @@ package). Every covariance goes through one seam, a :class:`Covariances` resolve
 (feature kind, kernel form) (:func:`covariances`); :func:`register_features` adds a pair.
 """
 
-from ._forms import KernelForm, MaternForm, RBFForm, ScaledRBFForm, StationaryForm, kernel_form, stationary_length_scales
+from ._forms import (KernelForm, MaternForm, RBFForm, ScaledRBFForm, StationaryForm, kernel_form,
+                     stationary_length_scales)
 from ._kinds import FITTED_ATTRIBUTES, KINDS, InducingFeatures, InducingPoints, Multiscale, as_features
 from ._fourier import (FeatureStatistics, FourierCovariances, FourierFeatures, StatisticsBound, feature_statistics,
                        fourier_covariances)

@@ -293,7 +293,7 @@ class MultiscaleCovariances(Covariances):
     """
 
     def _parts(self, Z):
-        centres, widths = Multiscale.split(np.asarray(Z, dtype=np.float64))
+        centres, widths = Multiscale.split(Z)
         variance, length_scales = self.form.values(self.kernel.theta)
         return centres, widths, length_scales, variance
 
@@ -301,7 +301,7 @@ class MultiscaleCovariances(Covariances):
         return self.form.theta_bar(self.kernel.n_theta, grads["log_variance"], grads["log_length_scales"])
 
     @staticmethod
-    def _z_bar(d_centres, d_widths, widths, like):
+    def _z_bar(d_centres, d_widths, widths):
         # d/d log(width) = width * d/d width.
         return np.concatenate([d_centres, d_widths * widths], axis=1)
 
@@ -315,23 +315,21 @@ class MultiscaleCovariances(Covariances):
 
         def back(bar):
             grads = multiscale_kuu_adjoint(centres, widths, length_scales, variance, bar)
-            return self._theta_bar(grads), self._z_bar(grads["Z"], grads["delta"], widths, Z)
+            return self._theta_bar(grads), self._z_bar(grads["Z"], grads["delta"], widths)
 
         return K, back
 
     def _kuf(self, Z, X):
         centres, widths, length_scales, variance = self._parts(Z)
-        K = multiscale_kuf(centres, widths, np.asarray(X, dtype=np.float64), length_scales, variance)
-        return K
+        return multiscale_kuf(centres, widths, X, length_scales, variance)
 
     def _kuf_vjp(self, Z, X):
         centres, widths, length_scales, variance = self._parts(Z)
-        X64 = np.asarray(X, dtype=np.float64)
-        K = multiscale_kuf(centres, widths, X64, length_scales, variance)
+        K = multiscale_kuf(centres, widths, X, length_scales, variance)
 
         def back(bar):
-            grads = multiscale_kuf_adjoint(centres, widths, X64, length_scales, variance, bar)
-            return self._theta_bar(grads), self._z_bar(grads["Z"], grads["delta"], widths, Z)
+            grads = multiscale_kuf_adjoint(centres, widths, X, length_scales, variance, bar)
+            return self._theta_bar(grads), self._z_bar(grads["Z"], grads["delta"], widths)
 
         return K, back
 
@@ -347,7 +345,7 @@ class MultiscaleCovariances(Covariances):
 
         def back(bar):
             grads = multiscale_kuu_cross_adjoint(c1, w1, c2, w2, length_scales, variance, bar)
-            return self._theta_bar(grads), self._z_bar(grads["Z1"], grads["delta1"], w1, Z1)
+            return self._theta_bar(grads), self._z_bar(grads["Z1"], grads["delta1"], w1)
 
         return K, back
 
