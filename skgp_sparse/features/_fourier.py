@@ -32,6 +32,7 @@ features are not learned (``learn_inducing`` leaves them), and a second inducing
 import copy
 
 import numpy as np
+import scipy.linalg
 
 from ._forms import MaternForm, StationaryForm, kernel_form, stationary_length_scales
 from ._iff import iff_frequencies, iff_kuf, iff_log_density
@@ -401,24 +402,27 @@ class StatisticsBound:
         idx, scaled, diag, s, K, low, P, R = _statistics_bound_parts(covariances, stats, Z, noise_variance, jitter)
         self._parts = (idx, scaled, diag, s, P, R)
         v, n_out, n = self.noise, stats.phi_y.shape[1], stats.count
-        inv_low = np.linalg.solve(low, np.eye(low.shape[0]))
-        self.whitened_precision = np.eye(low.shape[0]) + inv_low @ P @ inv_low.T / v
-        b_low = np.linalg.cholesky(self.whitened_precision)
-        self.whitened_targets = inv_low @ R / v
-        self.q_mean = np.linalg.solve(b_low.T, np.linalg.solve(b_low, self.whitened_targets))
+        whiten = _Whitening(low)
+        p_white = whiten.both(P)
+        self.whitened_precision = np.eye(low.shape[0]) + p_white / v
+        b_low = scipy.linalg.cholesky(self.whitened_precision, lower=True)
+        self.whitened_targets = whiten.left(R) / v
+        self.q_mean = scipy.linalg.cho_solve((b_low, True), self.whitened_targets)
         variance = covariances.form.values(covariances.kernel.theta)[0]
-        trace_q = np.sum(inv_low * (inv_low @ P))
+        trace_q = np.trace(p_white)
         self.value = (-0.5 * n * n_out * np.log(2 * np.pi * v) - stats.yy / (2 * v)
                       + 0.5 * np.sum(self.whitened_targets * self.q_mean)
                       - n_out * np.sum(np.log(np.diag(b_low)))
                       - n_out * (n * variance - trace_q) / (2 * v))
-        # Gradients in K, P, R and v (module notes of StatisticsBound).
-        k_inv = inv_low.T @ inv_low
-        sigma_inv = inv_low.T @ np.linalg.solve(self.whitened_precision, inv_low)
+        # Gradients in K, P, R and v (module notes of StatisticsBound): with K^-1 = L^-T L^-1
+        # and Sigma^-1 = (K + P / v)^-1 = L^-T B^-1 L^-1, each an unwhitening of a whitened
+        # matrix.
+        k_inv = whiten.unwhiten_both(np.eye(low.shape[0]))
+        sigma_inv = whiten.unwhiten_both(scipy.linalg.cho_solve((b_low, True), np.eye(low.shape[0])))
         sigma_r = sigma_inv @ R
         outer = sigma_r @ sigma_r.T
         g_sigma = -0.5 * n_out * sigma_inv - outer / (2 * v * v)
-        self.g_k = g_sigma + 0.5 * n_out * k_inv - n_out * (k_inv @ P @ k_inv) / (2 * v)
+        self.g_k = g_sigma + 0.5 * n_out * k_inv - n_out * whiten.unwhiten_both(p_white) / (2 * v)
         self.g_p = g_sigma / v + n_out * k_inv / (2 * v)
         self.g_r = sigma_r / (v * v)
         d_v = (-n * n_out / (2 * v) + stats.yy / (2 * v * v) - np.sum(R * sigma_r) / v**3
@@ -440,6 +444,33 @@ class StatisticsBound:
         c[idx] = -0.5 * (weighted.sum(axis=1) + weighted.sum(axis=0) + np.sum(self.g_r * R, axis=1)) / diag[idx]
         d_var, d_ls = cov._raw_kuu_adjoint(np.diag(c))
         return theta_bar + cov.form.theta_bar(cov.kernel.n_theta, d_var + self.d_log_variance_direct, d_ls)
+
+
+class _Whitening:
+    """Products with L^-1 of a Cholesky factor L, by triangular solves, or by a division
+    where L is diagonal (IFF's scaled K(u, u) is the identity, jittered)."""
+
+    def __init__(self, low):
+        diagonal = np.diag(low)
+        self.diagonal = diagonal if np.array_equal(low, np.diag(diagonal)) else None
+        self.low = low
+
+    def left(self, a):
+        """L^-1 a."""
+        if self.diagonal is not None:
+            return a / self.diagonal.reshape((-1,) + (1,) * (a.ndim - 1))
+        return scipy.linalg.solve_triangular(self.low, a, lower=True)
+
+    def both(self, a):
+        """L^-1 a L^-T of a symmetric a."""
+        return self.left(self.left(a).T)
+
+    def unwhiten_both(self, a):
+        """L^-T a L^-1 of a symmetric a."""
+        if self.diagonal is not None:
+            return a / np.outer(self.diagonal, self.diagonal)
+        half = scipy.linalg.solve_triangular(self.low, a, lower=True, trans="T")
+        return scipy.linalg.solve_triangular(self.low, half.T, lower=True, trans="T")
 
 
 def feature_statistics(features, X, Y, weights=None):
