@@ -35,6 +35,7 @@ _OWN_TYPES = (
     "skgp_sparse.bases.orth_decoupled.OrthPredictor",
     "skgp_sparse.bases.orth_decoupled.OrthState",
     "skgp_sparse.bases.solve.SolveState",
+    "skgp_sparse.features._fourier.FourierFeatures",
     "skgp_sparse.features._kinds.InducingPoints",
     "skgp_sparse.features._kinds.Multiscale",
     "skgp_sparse.kernels._scaled_rbf.FeatureScaledRBF",

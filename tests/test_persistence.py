@@ -35,6 +35,7 @@ def fitted_models():
     # Inducing features of another kind than points.
     yield SparseGPRegressor(RBF([1.0, 1.0]), inducing_features="multiscale", **settings).fit(X, y), X
     yield SparseGPClassifier(RBF(1.0), inducing_features=Multiscale(0.3), **settings).fit(X, binary), X
+    yield SparseGPRegressor(inducing_features="fourier", **settings).fit(X, y), X
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
