@@ -74,7 +74,9 @@ class FourierFeatures(InducingFeatures):
         the fit in each dimension, and at least a tenth of the range. VFF's features
         explain the kernel less well within a few length scales of the box's ends (they
         are periodic on the box, and a function of the kernel's space need not be), so
-        the rows must sit that far inside.
+        the rows must sit that far inside; IFF's covariance is periodic with a period of
+        the box's width over 0.95, so rows at opposite ends of a box without margin
+        would be correlated as close neighbours.
 
     Attributes
     ----------
