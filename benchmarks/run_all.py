@@ -165,6 +165,10 @@ def report_tables():
     for s in range(3):
         t += [table("An LMC stream's search and its cap", "lmc_stream_trajectory",
                     f"--set weather --epochs 30 --random-state {s}", env=ONE_THREAD)]
+    t += [table("Multiscale windows against points, M = 16 to 128", "bench_inducing_features", "--part multiscale"),
+          table("Fourier features on large low-dimensional sets", "bench_inducing_features", "--part fourier"),
+          table("The fit's time after the pass does not grow with the rows", "bench_inducing_features",
+                "--part scaling")]
     return t
 
 
