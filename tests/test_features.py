@@ -490,3 +490,20 @@ def test_float32_and_partial_fit_with_interdomain_features(kind):
         streamed.partial_fit(X[rows], y[rows])
     assert isinstance(streamed.inducing_features_, type(wide.inducing_features_))
     assert np.all(np.isfinite(streamed.predict(X[:20])))
+
+
+def test_vffs_sums_by_angle_recurrence_equal_the_product_of_the_features():
+    """VFF's phi phi^T and phi y from the sums of cos(k theta) and sin(k theta), k <= 2F
+    (O(n F)), equal the product of the features with themselves (O(n F^2)), F = 300."""
+    from skgp_sparse.features import feature_statistics
+
+    rng = np.random.default_rng(7)
+    X = rng.uniform(-3.0, 3.0, (3000, 1))
+    Y = np.column_stack([np.sin(X[:, 0]), np.cos(3.0 * X[:, 0])])
+    weights = rng.uniform(0.5, 2.0, 3000)
+    features = FourierFeatures(n_frequencies=300).bind(X, 0, compile_kernel(Matern(nu=1.5)))
+    stats = feature_statistics(features, X, Y, weights)
+    phi = features.raw_features(X)
+    np.testing.assert_allclose(stats.phi_phi, (phi * weights) @ phi.T, rtol=1e-10, atol=1e-9)
+    np.testing.assert_allclose(stats.phi_y, (phi * weights) @ Y, rtol=1e-10, atol=1e-9)
+    assert stats.count == pytest.approx(weights.sum()) and stats.yy == pytest.approx(np.sum(weights[:, None] * Y**2))

@@ -479,10 +479,50 @@ def feature_statistics(features, X, Y, weights=None):
     """The :class:`FeatureStatistics` of the rows (X, Y) (``weights`` per row, or None)
     under bound :class:`FourierFeatures`; None where a row lies outside VFF's box
     (:meth:`FourierFeatures.raw_features`)."""
-    phi = features.raw_features(X)
-    if phi is None:
-        return None
+    X = np.asarray(X, dtype=np.float64)
     Y = np.asarray(Y, dtype=np.float64)
     w = np.ones(X.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64).reshape(-1)
+    yy, count = float(np.sum(w[:, None] * Y * Y)), float(w.sum())
+    if features.construction_ == "vff":
+        a, b = features.box_[:, 0]
+        if np.any(X[:, 0] < a) or np.any(X[:, 0] > b):
+            return None
+        phi_phi, phi_y = _vff_sums(2.0 * np.pi * (X[:, 0] - a) / (b - a), w, Y, features.n_frequencies_)
+        return FeatureStatistics(phi_phi, phi_y, yy, count)
+    phi = features.raw_features(X)
     weighted = phi * w
-    return FeatureStatistics(weighted @ phi.T, weighted @ Y, float(np.sum(w[:, None] * Y * Y)), float(w.sum()))
+    return FeatureStatistics(weighted @ phi.T, weighted @ Y, yy, count)
+
+
+#: Powers e^(i k theta) of VFF's sums are taken by a recurrence, anchored afresh by a direct
+#: evaluation every this many steps (its rounding grows with the steps between anchors).
+_RECURRENCE_ANCHOR = 64
+
+
+def _vff_sums(theta, w, Y, F):
+    """VFF's phi phi^T and phi y over the rows at angles ``theta`` (w_1 (x - a)), weights w.
+
+    With phi = (1, cos(m theta), sin(m theta)) for m = 1..F, every entry of phi phi^T is half
+    a sum or difference of C_k = sum_n w_n cos(k theta_n) and S_k = sum_n w_n sin(k theta_n)
+    for k = 0..2F (cos i cos j = (cos(i-j) + cos(i+j)) / 2, and so on): O(n F) work in place
+    of the O(n F^2) of the product of phi with itself.
+    """
+    n_k = 2 * F + 1
+    C, S = np.empty(n_k), np.empty(n_k)
+    CY, SY = np.empty((F + 1, Y.shape[1])), np.empty((F + 1, Y.shape[1]))
+    step = np.exp(1j * theta)
+    wy = w[:, None] * Y
+    for k in range(n_k):
+        power = np.exp(1j * k * theta) if k % _RECURRENCE_ANCHOR == 0 else power * step
+        C[k], S[k] = w @ power.real, w @ power.imag
+        if k <= F:
+            CY[k], SY[k] = power.real @ wy, power.imag @ wy
+    i, j = np.meshgrid(np.arange(F + 1), np.arange(F + 1), indexing="ij")
+    cos_cos = 0.5 * (C[np.abs(i - j)] + C[i + j])
+    i1, j1 = i[1:, 1:], j[1:, 1:]
+    sin_sin = 0.5 * (C[np.abs(i1 - j1)] - C[i1 + j1])
+    # cos(i t) sin(j t) = (sin((i + j) t) - sin((i - j) t)) / 2, with sin(-k t) = -sin(k t).
+    ic, js = i[:, 1:], j[:, 1:]
+    cos_sin = 0.5 * (S[ic + js] - np.sign(ic - js) * S[np.abs(ic - js)])
+    phi_phi = np.block([[cos_cos, cos_sin], [cos_sin.T, sin_sin]])
+    return phi_phi, np.concatenate([CY, SY[1:]])
