@@ -512,8 +512,10 @@ def _vff_sums(theta, w, Y, F):
     CY, SY = np.empty((F + 1, Y.shape[1])), np.empty((F + 1, Y.shape[1]))
     step = np.exp(1j * theta)
     wy = w[:, None] * Y
+    power = np.ones_like(step)
     for k in range(n_k):
-        power = np.exp(1j * k * theta) if k % _RECURRENCE_ANCHOR == 0 else power * step
+        if k > 0:
+            power = np.exp(1j * k * theta) if k % _RECURRENCE_ANCHOR == 0 else power * step
         C[k], S[k] = w @ power.real, w @ power.imag
         if k <= F:
             CY[k], SY[k] = power.real @ wy, power.imag @ wy
