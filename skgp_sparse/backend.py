@@ -210,6 +210,12 @@ def to_numpy(a):
         return np.asarray(a)
 
 
+def host_float64(a):
+    """``a`` as a float64 numpy array (one read where ``a`` lives on a device; no copy for
+    a float64 numpy array)."""
+    return np.asarray(to_numpy(a), dtype=np.float64)
+
+
 def to_host(*values):
     """Numpy copies of several values of one library, in one transfer.
 

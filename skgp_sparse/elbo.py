@@ -4,10 +4,11 @@
 
 A :class:`VariationalModel` joins a basis (the variational family), latent groups (each a
 compiled kernel and a basis state), an output map (:mod:`skgp_sparse.outputs`: the
-identity, or a mixing of several outputs) and a likelihood. On a minibatch of B of the N rows it returns the unbiased estimate
-``(N / B) * sum_batch ELL - KL`` with its gradient in every parameter Adam moves, plus
-what the basis needs for its natural step. It also packs and unpacks those parameters
-as a dict of arrays, so the optimiser never needs to know what they mean.
+identity, or a mixing of several outputs) and a likelihood. On a minibatch of B of the N
+rows it returns the unbiased estimate ``(N / B) * sum_batch ELL - KL`` with its gradient in
+every parameter Adam moves, plus what the basis needs for its natural step. It also packs
+and unpacks those parameters as a dict of arrays, so the optimiser never needs to know what
+they mean.
 """
 
 import copy
@@ -491,11 +492,17 @@ class VariationalModel:
             theta_bar, field_bars = self.basis.backward(tape, group, _columns(d_mean_g, cols),
                                                         _columns(d_var_g, cols), self.learn_fields)
             i = index[g]
-            theta_bars[i] = theta_bar if theta_bars[i] is None else _host64(theta_bars[i]) + _host64(theta_bar)
+            if theta_bars[i] is None:
+                theta_bars[i] = theta_bar
+            else:
+                theta_bars[i] = backend.host_float64(theta_bars[i]) + backend.host_float64(theta_bar)
             for field in self.learn_fields:
                 name = self._field_name(field, g)
                 grads[name] = field_bars[field] if name not in grads else grads[name] + field_bars[field]
-        theta_bar = theta_bars[0] if len(distinct) == 1 else np.concatenate([_host64(t) for t in theta_bars])
+        if len(distinct) > 1:
+            theta_bar = np.concatenate([backend.host_float64(t) for t in theta_bars])
+        else:
+            theta_bar = theta_bars[0]
         return theta_bar, grads
 
     def _hyperparameter_grads(self, theta_bar, Y, mean, var, d_var, weights, extra, scale):
@@ -882,10 +889,6 @@ def _columns(a, cols):
     """The columns ``cols`` (a slice) of ``a``, or ``a`` itself for None."""
     return a if cols is None else a[:, cols]
 
-
-def _host64(a):
-    """``a`` as a float64 numpy array (one read from a device)."""
-    return np.asarray(backend.to_numpy(a), dtype=np.float64)
 
 
 def _elbo_estimate(scale, ell_sum, kl):

@@ -507,3 +507,30 @@ def test_vffs_sums_by_angle_recurrence_equal_the_product_of_the_features():
     np.testing.assert_allclose(stats.phi_phi, (phi * weights) @ phi.T, rtol=1e-10, atol=1e-9)
     np.testing.assert_allclose(stats.phi_y, (phi * weights) @ Y, rtol=1e-10, atol=1e-9)
     assert stats.count == pytest.approx(weights.sum()) and stats.yy == pytest.approx(np.sum(weights[:, None] * Y**2))
+
+
+@pytest.mark.parametrize("name", list(FOURIER_KERNELS))
+def test_the_statistics_bounds_gradient_matches_finite_differences(name):
+    """StatisticsBound's hand-written gradient in theta and the log noise, against central
+    differences of its own value."""
+    from skgp_sparse.features import StatisticsBound, feature_statistics
+
+    sk, d = FOURIER_KERNELS[name]
+    X, Y = _data(n=40, d=d)
+    model = _fourier_model("coupled", sk, X, 11, noise=0.07)
+    stats = feature_statistics(model.features, X, np.column_stack([Y[:, 0], np.cos(X[:, 0])]))
+    kernel, Z, eps = model.kernel, model.state.inducing, 1e-6
+
+    def value(theta, log_noise):
+        kernel.set_theta(theta)
+        return StatisticsBound(model.covariances[0], stats, Z, np.exp(log_noise), model.jitter).value
+
+    theta0, log_noise0 = kernel.theta, np.log(0.07)
+    bound = StatisticsBound(model.covariances[0], stats, Z, 0.07, model.jitter)
+    want_theta, want_noise = bound.theta_bar(), bound.d_log_noise
+    fd_theta = np.array([(value(theta0 + eps * e, log_noise0) - value(theta0 - eps * e, log_noise0)) / (2 * eps)
+                         for e in np.eye(theta0.size)])
+    fd_noise = (value(theta0, log_noise0 + eps) - value(theta0, log_noise0 - eps)) / (2 * eps)
+    kernel.set_theta(theta0)
+    np.testing.assert_allclose(want_theta, fd_theta, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(want_noise, fd_noise, rtol=1e-5, atol=1e-6)

@@ -166,13 +166,16 @@ class FourierFeatures(InducingFeatures):
         other hyperparameters)."""
         X = np.asarray(X, dtype=np.float64)
         if self.construction_ == "vff":
-            a, b = self.box_[:, 0]
-            x = X[:, 0]
-            if np.any(x < a) or np.any(x > b):
+            if self.outside_the_box(X):
                 return None
-            angles = np.outer(vff_frequencies(a, b, self.n_frequencies_)[1:], x - a)
-            return np.concatenate([np.ones((1, x.size)), np.cos(angles), np.sin(angles)])
+            a, b = self.box_[:, 0]
+            angles = np.outer(vff_frequencies(a, b, self.n_frequencies_)[1:], X[:, 0] - a)
+            return np.concatenate([np.ones((1, X.shape[0])), np.cos(angles), np.sin(angles)])
         return iff_kuf(X - self.box_.mean(axis=0), self.frequencies_, self.spacing_)
+
+    def outside_the_box(self, X):
+        """Whether a row of X lies outside the bound box."""
+        return bool(np.any(X < self.box_[0]) or np.any(X > self.box_[1]))
 
     def centres(self, inducing):
         """Fourier features sit nowhere in input space: no centres (an empty (M, 0) array)."""
@@ -223,13 +226,25 @@ class FourierCovariances(Covariances):
     form of the module notes: ``K'(u, u) = s K(u, u) s`` and ``K'(u, f) = s K(u, f)`` with
     ``s = diag(K(u, u))^-1/2``."""
 
+    def __init__(self, features, kernel, form):
+        super().__init__(features, kernel, form)
+        #: (theta, (raw K(u, u), its diagonal)) of the last theta asked.
+        self._raw_kuu_cache = None
+
     # --- the raw covariances of the whole grid and their adjoints ----------------------
     def _profile(self):
         variance, length_scales = self.form.values(self.kernel.theta)
         return variance, length_scales
 
     def _raw_kuu(self):
-        """The raw K(u, u) of the whole grid (dense) and its diagonal."""
+        """The raw K(u, u) of the whole grid (dense) and its diagonal, made once per theta:
+        a step asks it of K(u, u) and of K(u, f) alike."""
+        theta = self.kernel.theta
+        if self._raw_kuu_cache is None or not np.array_equal(self._raw_kuu_cache[0], theta):
+            self._raw_kuu_cache = (theta, self._make_raw_kuu())
+        return self._raw_kuu_cache[1]
+
+    def _make_raw_kuu(self):
         f = self.features
         variance, ls = self._profile()
         if f.construction_ == "vff":
@@ -259,12 +274,13 @@ class FourierCovariances(Covariances):
         return -float(weighted.sum()), -(weighted @ dlog_s)
 
     def _raw_kuf(self, X):
+        """The raw K(u, f): the features' own values, but for VFF's rows outside the box
+        (their tails depend on the length scale)."""
         f = self.features
-        X = np.asarray(X, dtype=np.float64)
-        if f.construction_ == "vff":
+        if f.construction_ == "vff" and f.outside_the_box(X):
             variance, ls = self._profile()
             return vff_kuf(X[:, 0], *f.box_[:, 0], f.n_frequencies_, self.form.nu, float(ls[0]))
-        return iff_kuf(X - f.box_.mean(axis=0), f.frequencies_, f.spacing_)
+        return f.raw_features(X)
 
     def _raw_kuf_adjoint(self, X, bar):
         """d/d log length scales (d,) of sum(bar * raw K(u, f)): VFF's tails outside the
@@ -382,7 +398,7 @@ def _statistics_bound_parts(covariances, stats, Z, noise_variance, jitter):
     low = np.linalg.cholesky(K + jitter * np.mean(np.diag(K)) * np.eye(m))
     P = stats.phi_phi[np.ix_(idx, idx)] * np.outer(s[idx], s[idx])
     R = stats.phi_y[idx] * s[idx][:, None]
-    return idx, scaled, diag, s, K, low, P, R
+    return idx, scaled, diag, s, low, P, R
 
 
 class StatisticsBound:
@@ -401,7 +417,7 @@ class StatisticsBound:
 
     def __init__(self, covariances, stats, Z, noise_variance, jitter):
         self.covariances, self.stats, self.noise = covariances, stats, float(noise_variance)
-        idx, scaled, diag, s, K, low, P, R = _statistics_bound_parts(covariances, stats, Z, noise_variance, jitter)
+        idx, scaled, diag, s, low, P, R = _statistics_bound_parts(covariances, stats, Z, noise_variance, jitter)
         self._parts = (idx, scaled, diag, s, P, R)
         v, n_out, n = self.noise, stats.phi_y.shape[1], stats.count
         whiten = _Whitening(low)
@@ -485,7 +501,7 @@ def feature_statistics(features, X, Y, weights=None):
     yy, count = float(np.sum(w[:, None] * Y * Y)), float(w.sum())
     if features.construction_ == "vff":
         a, b = features.box_[:, 0]
-        if np.any(X[:, 0] < a) or np.any(X[:, 0] > b):
+        if features.outside_the_box(X):
             return None
         phi_phi, phi_y = _vff_sums(2.0 * np.pi * (X[:, 0] - a) / (b - a), w, Y, features.n_frequencies_)
         return FeatureStatistics(phi_phi, phi_y, yy, count)

@@ -95,29 +95,29 @@ class Covariances:
         self.form = form
 
     def kuu(self, Z):
-        return _like(self._kuu(_host(Z)), Z)
+        return _like(self._kuu(backend.host_float64(Z)), Z)
 
     def kuu_vjp(self, Z):
-        K, back = self._kuu_vjp(_host(Z))
+        K, back = self._kuu_vjp(backend.host_float64(Z))
         return _like(K, Z), _returning_like(back, Z)
 
     def kuf(self, Z, X):
-        return _like(self._kuf(_host(Z), _host(X)), X)
+        return _like(self._kuf(backend.host_float64(Z), backend.host_float64(X)), X)
 
     def kuf_vjp(self, Z, X):
-        K, back = self._kuf_vjp(_host(Z), _host(X))
+        K, back = self._kuf_vjp(backend.host_float64(Z), backend.host_float64(X))
         return _like(K, X), _returning_like(back, Z)
 
     def kuu_cross(self, Z1, Z2):
-        return _like(self._kuu_cross(_host(Z1), _host(Z2)), Z1)
+        return _like(self._kuu_cross(backend.host_float64(Z1), backend.host_float64(Z2)), Z1)
 
     def kuu_cross_vjp(self, Z1, Z2):
-        K, back = self._kuu_cross_vjp(_host(Z1), _host(Z2))
+        K, back = self._kuu_cross_vjp(backend.host_float64(Z1), backend.host_float64(Z2))
         return _like(K, Z1), _returning_like(back, Z1)
 
     def kuu_diag(self, Z):
         """The prior variance of each inducing variable (the diagonal of :meth:`kuu`)."""
-        return _like(self._kuu_diag(_host(Z)), Z)
+        return _like(self._kuu_diag(backend.host_float64(Z)), Z)
 
     def _kuu_diag(self, Z):
         return np.diag(self._kuu(Z)).copy()
@@ -163,11 +163,6 @@ class Covariances:
     hands_over_matrices = True
 
 
-def _host(a):
-    """``a`` as a float64 numpy array (one read from a device)."""
-    return np.asarray(backend.to_numpy(a), dtype=np.float64)
-
-
 def _like(a, like):
     """The float64 numpy array ``a`` in the library, device and float dtype of ``like``
     (float32 stays float32, anything else is float64 where the device has it)."""
@@ -183,7 +178,7 @@ def _returning_like(back, like):
     compiled kernel answers)."""
 
     def on_host(bar):
-        theta_bar, z_bar = back(_host(bar))
+        theta_bar, z_bar = back(backend.host_float64(bar))
         return _widest_like(theta_bar, like), _like(z_bar, like)
 
     return on_host
